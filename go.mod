@@ -1,0 +1,3 @@
+module github.com/pipeshard/pipeshard
+
+go 1.26
