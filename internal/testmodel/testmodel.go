@@ -6,20 +6,12 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+
+	"github.com/pipeshard/pipeshard/internal/models"
 )
 
-// Home returns the pipeshard home directory: $PIPESHARD_HOME, or
-// the user's cache directory + "/pipeshard".
-func Home() string {
-	if h := os.Getenv("PIPESHARD_HOME"); h != "" {
-		return h
-	}
-	d, err := os.UserCacheDir()
-	if err != nil {
-		d = os.TempDir()
-	}
-	return filepath.Join(d, "pipeshard")
-}
+// Home returns the pipeshard home directory (see models.Home).
+func Home() string { return models.Home() }
 
 // missing fails the test under CI and skips it elsewhere.
 func missing(t testing.TB, what string) {
