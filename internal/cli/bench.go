@@ -1,0 +1,77 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"strings"
+
+	"github.com/pipeshard/pipeshard/internal/bench"
+	"github.com/pipeshard/pipeshard/ovrt"
+)
+
+func init() {
+	register(&Command{
+		Name:  "bench",
+		Short: "measure the engine and pipelines",
+		Usage: "engine [flags]",
+		Sub: []*Command{{
+			Name:  "engine",
+			Short: "decode and prefill tokens/s and peak memory of the local runtime",
+			Usage: "[--model stories15M] [--quants f32,q8,q4] [--threads-list 1,2] [--tokens 256] [--reps 5]",
+			Long: `Runs each configuration in its own child process (so peak RSS is its own),
+repeats it --reps times and prints medians as a Markdown table.`,
+			Examples: []string{"pipeshard bench engine", "pipeshard bench engine --quants f32 --threads-list 1 --reps 3"},
+			Flags: func(fs *flag.FlagSet) {
+				fs.String("model", "stories15M", "model to measure")
+				fs.String("quants", "f32,q8,q4", "weight types to measure")
+				fs.String("threads-list", "1,2", "thread counts to measure")
+				fs.Int("tokens", 256, "tokens to decode from BOS per repetition")
+				fs.Int("prefill", 128, "prompt tokens for the prefill measurement")
+				fs.Int("reps", 5, "repetitions (the median is reported)")
+				fs.Bool("child", false, "internal: measure one configuration and print JSON")
+				fs.String("quant", "f32", "internal: the child's weight type")
+				fs.Int("threads", 1, "internal: the child's thread count")
+			},
+			Run: benchEngine,
+		}},
+	})
+}
+
+func benchEngine(ctx context.Context, env *Env, fs *flag.FlagSet) error {
+	src := flagString(fs, "model")
+	open := func(q ovrt.DType, threads int) (*ovrt.Model, func(), error) {
+		lm, err := openModel(ctx, src, q, threads)
+		if err != nil {
+			return nil, nil, err
+		}
+		return lm.models[0], lm.Close, nil
+	}
+	if flagBool(fs, "child") {
+		r, err := bench.MeasureEngine(ctx, open, bench.EngineConfig{Quant: flagString(fs, "quant"), Threads: flagInt(fs, "threads")},
+			flagInt(fs, "tokens"), flagInt(fs, "prefill"), flagInt(fs, "reps"))
+		if err != nil {
+			return err
+		}
+		return json.NewEncoder(env.Stdout).Encode(r)
+	}
+	var cfgs []bench.EngineConfig
+	for _, q := range strings.Split(flagString(fs, "quants"), ",") {
+		for _, t := range strings.Split(flagString(fs, "threads-list"), ",") {
+			var n int
+			if _, err := fmtSscan(t, &n); err != nil || n < 1 {
+				return usagef("--threads-list: %q", t)
+			}
+			cfgs = append(cfgs, bench.EngineConfig{Quant: q, Threads: n})
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	argv := []string{self, "bench", "engine", "--model", src, "--tokens", flagString(fs, "tokens"),
+		"--prefill", flagString(fs, "prefill"), "--reps", flagString(fs, "reps")}
+	_, err = bench.RunEngineTable(ctx, env.Stdout, argv, cfgs)
+	return err
+}

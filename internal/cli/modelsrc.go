@@ -1,0 +1,79 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/pipeshard/pipeshard/internal/models"
+	"github.com/pipeshard/pipeshard/ovrt"
+	"github.com/pipeshard/pipeshard/ovrt/checkpoint"
+)
+
+// loadedModel is a model opened for local use: one or more compiled layer
+// ranges that together cover every layer, in order.
+type loadedModel struct {
+	cfg       ovrt.Config
+	models    []*ovrt.Model
+	weights   []*ovrt.Weights
+	tokenizer string // path of the tokenizer file to try, or ""
+}
+
+func (l *loadedModel) Close() {
+	for _, m := range l.models {
+		m.Close()
+	}
+	for _, w := range l.weights {
+		w.Close()
+	}
+}
+
+// loadWeights reads the layer range [start, end) of the model at path
+// (end <= 0: all), whatever its format, and says where its tokenizer is.
+func loadWeights(path string, start, end int) (*ovrt.Weights, string, error) {
+	if _, ok := models.Known[path]; ok {
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			dir := models.Dir(models.Home(), path)
+			path = filepath.Join(dir, path+".bin")
+			if _, err := os.Stat(path); err != nil {
+				return nil, "", fmt.Errorf("model %s is not in %s: run `pipeshard model pull %s`", filepath.Base(dir), dir, filepath.Base(dir))
+			}
+		}
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("model: %w", err)
+	}
+	if st.IsDir() {
+		w, err := checkpoint.LoadHF(path, start, end)
+		return w, filepath.Join(path, "tokenizer.bin"), err
+	}
+	w, err := checkpoint.LoadLlama2C(path, start, end)
+	return w, filepath.Join(filepath.Dir(path), "tokenizer.bin"), err
+}
+
+// openModel opens and compiles a whole model in one piece.
+func openModel(ctx context.Context, src string, quant ovrt.DType, threads int) (*loadedModel, error) {
+	w, tok, err := loadWeights(src, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	lm := &loadedModel{cfg: w.Config, weights: []*ovrt.Weights{w}, tokenizer: tok}
+	if quant != ovrt.F32 {
+		q, err := w.Quantize(quant)
+		if err != nil {
+			lm.Close()
+			return nil, err
+		}
+		w = q
+	}
+	m, err := ovrt.Compile(w, ovrt.WithThreads(threads))
+	if err != nil {
+		lm.Close()
+		return nil, err
+	}
+	lm.models = []*ovrt.Model{m}
+	return lm, nil
+}

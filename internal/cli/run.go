@@ -1,0 +1,242 @@
+package cli
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/pipeshard/pipeshard/internal/generate"
+	"github.com/pipeshard/pipeshard/ovrt"
+	"github.com/pipeshard/pipeshard/ovrt/sample"
+	"github.com/pipeshard/pipeshard/ovrt/tokenizer"
+)
+
+func init() {
+	register(&Command{
+		Name:  "run",
+		Short: "generate text with a model in this process",
+		Usage: "--model PATH (--prompt TEXT | --prompt-ids 1,2,3) [flags]",
+		Long: `Runs the whole model here and streams the text to stdout. PATH is a
+llama2.c checkpoint (its tokenizer.bin beside it), a Hugging Face directory
+(config.json + safetensors), or a GGUF file.`,
+		Examples: []string{
+			`pipeshard run --model ~/.cache/pipeshard/models/stories15M/stories15M.bin --prompt "Once upon a time"`,
+			`pipeshard run --model stories15M --prompt-ids 1,9038 -n 32 --json`,
+			`pipeshard run --model stories15M --prompt "The dragon" --temp 0.8 --top-p 0.9 --seed 7 --quant q8`,
+		},
+		Flags: genFlags,
+		Run:   runLocal,
+	})
+}
+
+// genFlags declares the generation flags shared by run and swarm generate.
+func genFlags(fs *flag.FlagSet) {
+	fs.String("model", "", "model: a file or directory, a known name (stories15M) or a model CID")
+	fs.String("tokenizer", "", "tokenizer file (default: tokenizer.bin beside the model)")
+	fs.String("prompt", "", "prompt text")
+	fs.String("prompt-ids", "", "prompt as comma-separated token ids (no BOS is added)")
+	fs.Int("n", 128, "number of tokens to generate")
+	fs.Float64("temp", 0, "sampling temperature; 0 is greedy")
+	fs.Float64("top-p", 0, "nucleus sampling threshold (0 or 1: off)")
+	fs.Int("top-k", 0, "top-k sampling cut (0: off)")
+	fs.Uint64("seed", 0, "sampling seed")
+	fs.Bool("ignore-eos", false, "keep generating after the end-of-sequence token")
+	fs.Int("threads", 0, "threads for large matrices (0: all cores)")
+	fs.String("quant", "f32", "weight type to run: f32, q8 or q4")
+	fs.Bool("json", false, "print one JSON object instead of streaming text")
+	fs.String("logits-out", "", "write the logits of every prompt position to FILE (float32 LE, [prompt, vocab])")
+}
+
+// genRequest is what the generation flags ask for.
+type genRequest struct {
+	promptIDs []int
+	tok       *tokenizer.Tokenizer // nil when none was found
+	opts      generate.Options
+	json      bool
+	logitsOut string
+}
+
+// parseGen reads the generation flags. vocab and bos/eos describe the
+// model; tokenizerPath may be "" when none is known.
+func parseGen(fs *flag.FlagSet, cfg ovrt.Config, tokenizerPath string) (*genRequest, error) {
+	g := &genRequest{json: flagBool(fs, "json"), logitsOut: flagString(fs, "logits-out")}
+	if p := flagString(fs, "tokenizer"); p != "" {
+		tokenizerPath = p
+	}
+	if tokenizerPath != "" {
+		if _, err := os.Stat(tokenizerPath); err == nil || flagString(fs, "tokenizer") != "" {
+			t, err := tokenizer.LoadFor(tokenizerPath, cfg.Vocab)
+			if err != nil {
+				return nil, err
+			}
+			g.tok = t
+		}
+	}
+	text, idText := flagString(fs, "prompt"), flagString(fs, "prompt-ids")
+	switch {
+	case text != "" && idText != "":
+		return nil, usagef("give --prompt or --prompt-ids, not both")
+	case idText != "":
+		for _, f := range strings.Split(idText, ",") {
+			id, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return nil, usagef("--prompt-ids: %q is not a token id", f)
+			}
+			if id < 0 || id >= cfg.Vocab {
+				return nil, fmt.Errorf("%w: --prompt-ids: token id %d outside the vocabulary of %d", ovrt.ErrTokenRange, id, cfg.Vocab)
+			}
+			g.promptIDs = append(g.promptIDs, id)
+		}
+	case g.tok == nil:
+		return nil, usagef("no tokenizer found for the model: pass --tokenizer FILE, or --prompt-ids")
+	default:
+		g.promptIDs = g.tok.Encode(text, true)
+	}
+	if len(g.promptIDs) > cfg.Context {
+		return nil, fmt.Errorf("%w: %d prompt tokens, context %d", generate.ErrPromptTooLong, len(g.promptIDs), cfg.Context)
+	}
+	n := flagInt(fs, "n")
+	if n < 0 {
+		return nil, usagef("-n %d: want a count >= 0", n)
+	}
+	g.opts = generate.Options{
+		MaxTokens: n,
+		Sampling: sample.Params{
+			Temp: flagFloat(fs, "temp"), TopP: flagFloat(fs, "top-p"),
+			TopK: flagInt(fs, "top-k"), Seed: fs.Lookup("seed").Value.(flag.Getter).Get().(uint64),
+		},
+		EOS:       cfg.EOS,
+		IgnoreEOS: flagBool(fs, "ignore-eos"),
+		Context:   cfg.Context,
+	}
+	if err := g.opts.Sampling.Validate(); err != nil {
+		return nil, usagef("%v", err)
+	}
+	return g, nil
+}
+
+func runLocal(ctx context.Context, env *Env, fs *flag.FlagSet) error {
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	src := flagString(fs, "model")
+	if src == "" {
+		return usagef("--model is required")
+	}
+	quant, err := ovrt.ParseDType(flagString(fs, "quant"))
+	if err != nil {
+		return usagef("%v", err)
+	}
+	lm, err := openModel(ctx, src, quant, flagInt(fs, "threads"))
+	if err != nil {
+		return err
+	}
+	defer lm.Close()
+	g, err := parseGen(fs, lm.cfg, lm.tokenizer)
+	if err != nil {
+		return err
+	}
+	fwd, err := generate.NewLocal(lm.models...)
+	if err != nil {
+		return err
+	}
+	return g.run(ctx, env, fwd, nil)
+}
+
+// run generates and prints; extra adds fields to the JSON output.
+func (g *genRequest) run(ctx context.Context, env *Env, fwd generate.Forwarder, extra map[string]any) error {
+	var logitsFile *os.File
+	if g.logitsOut != "" {
+		f, err := os.Create(g.logitsOut)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		logitsFile = f
+		g.opts.OnPromptLogits = func(l []float32) {
+			buf := make([]byte, 4*len(l))
+			for i, v := range l {
+				binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v))
+			}
+			if _, err := f.Write(buf); err != nil {
+				fmt.Fprintf(env.Stderr, "writing %s: %v\n", g.logitsOut, err)
+			}
+		}
+	}
+	var dec *tokenizer.Decoder
+	if g.tok != nil {
+		dec = g.tok.NewDecoder()
+		prompt := ""
+		for _, id := range g.promptIDs {
+			prompt += dec.Next(id)
+		}
+		if !g.json {
+			fmt.Fprint(env.Stdout, prompt)
+		}
+	}
+	var text strings.Builder
+	g.opts.OnToken = func(id int) {
+		if dec == nil {
+			if !g.json {
+				fmt.Fprintf(env.Stdout, "%d ", id)
+			}
+			return
+		}
+		s := dec.Next(id)
+		text.WriteString(s)
+		if !g.json {
+			fmt.Fprint(env.Stdout, s)
+		}
+	}
+	res, err := generate.Run(ctx, fwd, g.promptIDs, g.opts)
+	if dec != nil {
+		s := dec.Flush()
+		text.WriteString(s)
+		if !g.json {
+			fmt.Fprint(env.Stdout, s)
+		}
+	}
+	if err != nil {
+		if !g.json {
+			fmt.Fprintln(env.Stdout)
+		}
+		return err
+	}
+	if logitsFile != nil {
+		if err := logitsFile.Close(); err != nil {
+			return err
+		}
+	}
+	if !g.json {
+		fmt.Fprintln(env.Stdout)
+		fmt.Fprintf(env.Stderr, "%d prompt tokens at %.1f tok/s, %d generated at %.1f tok/s (%s)\n",
+			len(g.promptIDs), res.PrefillRate(len(g.promptIDs)), len(res.IDs), res.DecodeRate(), res.Stopped)
+		return nil
+	}
+	out := map[string]any{
+		"prompt_ids":           g.promptIDs,
+		"ids":                  nonNil(res.IDs),
+		"text":                 text.String(),
+		"prefill_tokens_per_s": res.PrefillRate(len(g.promptIDs)),
+		"decode_tokens_per_s":  res.DecodeRate(),
+		"stopped":              res.Stopped,
+	}
+	for k, v := range extra {
+		out[k] = v
+	}
+	enc := json.NewEncoder(env.Stdout)
+	return enc.Encode(out)
+}
+
+func nonNil(ids []int) []int {
+	if ids == nil {
+		return []int{}
+	}
+	return ids
+}
