@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/pipeshard/pipeshard/internal/cli"
+	"github.com/pipeshard/pipeshard/internal/testmodel"
+)
+
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){
+		"pipeshard": func() {
+			os.Exit(cli.Main(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+		},
+	})
+}
+
+// TestScripts runs the CLI as a user would, from testdata/script/*.txtar.
+// $MODEL and $TOKENIZER name the real stories15M files; $ORACLE the
+// oracle directory.
+func TestScripts(t *testing.T) {
+	model, tok := testmodel.Stories15M(t)
+	oracle := testmodel.OracleDir(t)
+	testscript.Run(t, testscript.Params{
+		Dir: filepath.Join("testdata", "script"),
+		Setup: func(e *testscript.Env) error {
+			e.Setenv("MODEL", model)
+			e.Setenv("TOKENIZER", tok)
+			e.Setenv("ORACLE", oracle)
+			e.Setenv("PIPESHARD_HOME", testmodel.Home())
+			return nil
+		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"truncate-copy": truncateCopy,
+			"size-is":       sizeIs,
+			"cmp-ids":       cmpIDs,
+		},
+	})
+}
+
+// truncate-copy SRC DST N copies the first N bytes of SRC to DST.
+func truncateCopy(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 3 {
+		ts.Fatalf("usage: truncate-copy src dst n")
+	}
+	n, err := strconv.Atoi(args[2])
+	ts.Check(err)
+	b, err := os.ReadFile(ts.MkAbs(args[0]))
+	ts.Check(err)
+	ts.Check(os.WriteFile(ts.MkAbs(args[1]), b[:min(n, len(b))], 0o644))
+}
+
+// size-is FILE N checks a file's size.
+func sizeIs(ts *testscript.TestScript, neg bool, args []string) {
+	st, err := os.Stat(ts.MkAbs(args[0]))
+	ts.Check(err)
+	if want, _ := strconv.ParseInt(args[1], 10, 64); (st.Size() == want) == neg {
+		ts.Fatalf("%s has %d bytes, want %s", args[0], st.Size(), args[1])
+	}
+}
+
+// cmp-ids A B checks that two JSON outputs of run have the same ids.
+func cmpIDs(ts *testscript.TestScript, neg bool, args []string) {
+	ids := func(name string) string {
+		var v struct{ IDs []int }
+		ts.Check(json.Unmarshal([]byte(ts.ReadFile(name)), &v))
+		return fmt.Sprint(v.IDs)
+	}
+	if a, b := ids(args[0]), ids(args[1]); (a == b) == neg {
+		ts.Fatalf("ids differ: %s vs %s", a, b)
+	}
+}
