@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"math/bits"
 	"sort"
 )
 
@@ -155,9 +157,9 @@ func parseSafetensors(file string, b []byte, fileSize int64) (map[string]TensorI
 		case end > dataLen:
 			return nil, fail(ErrTruncated, "safetensors header: tensor %q: data_offsets [%d, %d] run past the %d-byte data area", name, begin, end, dataLen)
 		}
-		// The shape's size must equal the span; multiply with a guard so
+		// The shape's size must equal the span. Multiply in 128 bits so
 		// that a huge shape cannot overflow into a match.
-		nbytes, elems := end-begin, int64(1)
+		nbytes, elems := end-begin, uint64(1)
 		for _, d := range shape {
 			if d < 0 {
 				return nil, bad("shape %v has a negative dimension", shape)
@@ -166,18 +168,21 @@ func parseSafetensors(file string, b []byte, fileSize int64) (map[string]TensorI
 				elems = 0
 			}
 		}
-		if elems != 0 {
-			for _, d := range shape {
-				if elems > nbytes/size/d {
-					return nil, bad("shape %v of %s is larger than its data_offsets [%d, %d] (%d bytes)",
-						shape, *raw.DType, begin, end, nbytes)
-				}
-				elems *= d
-			}
+		overflow := false
+		mul := func(x int64) {
+			hi, lo := bits.Mul64(elems, uint64(x))
+			overflow = overflow || hi != 0 || lo > math.MaxInt64
+			elems = lo
 		}
-		if elems*size != nbytes {
+		for _, d := range shape {
+			mul(d)
+		}
+		if mul(size); overflow { // impossible with a zero dimension: elems stays 0
+			return nil, bad("shape %v of %s is larger than 2^63 bytes (data_offsets [%d, %d])", shape, *raw.DType, begin, end)
+		}
+		if int64(elems) != nbytes {
 			return nil, bad("shape %v of %s is %d bytes, data_offsets [%d, %d] span %d",
-				shape, *raw.DType, elems*size, begin, end, nbytes)
+				shape, *raw.DType, elems, begin, end, nbytes)
 		}
 		tensors[name] = TensorInfo{DType: *raw.DType, Shape: shape, Offset: dataStart + begin, Size: end - begin}
 		spans = append(spans, span{name, begin, end})
