@@ -42,7 +42,7 @@ repeats it --reps times and prints medians as a Markdown table.`,
 func benchEngine(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 	src := flagString(fs, "model")
 	open := func(q ovrt.DType, threads int) (*ovrt.Model, func(), error) {
-		lm, err := openModel(ctx, src, q, threads)
+		lm, err := openModel(ctx, env, src, q, threads)
 		if err != nil {
 			return nil, nil, err
 		}

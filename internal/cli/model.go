@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/pipeshard/pipeshard/internal/models"
@@ -29,11 +30,8 @@ $PIPESHARD_HOME/models/NAME. Running it again checks and does nothing.`,
 				if fs.NArg() != 1 {
 					return usagef("model pull takes one model name (stories15M)")
 				}
-				p := newProgress(env.Stderr, "extracting")
-				dir, err := models.Pull(ctx, fs.Arg(0), flagString(fs, "home"), models.Progress{
-					Step:  func(s string) { fmt.Fprintln(env.Stderr, s) },
-					Bytes: p.update,
-				})
+				os.Setenv("PIPESHARD_HOME", flagString(fs, "home"))
+				dir, err := pullModel(ctx, env, fs.Arg(0))
 				if err != nil {
 					return err
 				}
@@ -41,6 +39,15 @@ $PIPESHARD_HOME/models/NAME. Running it again checks and does nothing.`,
 				return nil
 			},
 		}},
+	})
+}
+
+// pullModel pulls a known model into the home, showing progress.
+func pullModel(ctx context.Context, env *Env, name string) (string, error) {
+	p := newProgress(env.Stderr, "extracting")
+	return models.Pull(ctx, name, models.Home(), models.Progress{
+		Step:  func(s string) { fmt.Fprintln(env.Stderr, s) },
+		Bytes: p.update,
 	})
 }
 

@@ -32,14 +32,16 @@ func (l *loadedModel) Close() {
 
 // loadWeights reads the layer range [start, end) of the model at path
 // (end <= 0: all), whatever its format, and says where its tokenizer is.
-func loadWeights(path string, start, end int) (*ovrt.Weights, string, error) {
+// A known model's name (stories15M) that is not a local path is pulled
+// into the pipeshard home first, with progress on env.Stderr.
+func loadWeights(ctx context.Context, env *Env, path string, start, end int) (*ovrt.Weights, string, error) {
 	if _, ok := models.Known[path]; ok {
 		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-			dir := models.Dir(models.Home(), path)
-			path = filepath.Join(dir, path+".bin")
-			if _, err := os.Stat(path); err != nil {
-				return nil, "", fmt.Errorf("model %s is not in %s: run `pipeshard model pull %s`", filepath.Base(dir), dir, filepath.Base(dir))
+			dir, err := pullModel(ctx, env, path)
+			if err != nil {
+				return nil, "", err
 			}
+			path = filepath.Join(dir, path+".bin")
 		}
 	}
 	st, err := os.Stat(path)
@@ -55,8 +57,8 @@ func loadWeights(path string, start, end int) (*ovrt.Weights, string, error) {
 }
 
 // openModel opens and compiles a whole model in one piece.
-func openModel(ctx context.Context, src string, quant ovrt.DType, threads int) (*loadedModel, error) {
-	w, tok, err := loadWeights(src, 0, 0)
+func openModel(ctx context.Context, env *Env, src string, quant ovrt.DType, threads int) (*loadedModel, error) {
+	w, tok, err := loadWeights(ctx, env, src, 0, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -133,7 +133,7 @@ func runLocal(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 	if err != nil {
 		return usagef("%v", err)
 	}
-	lm, err := openModel(ctx, src, quant, flagInt(fs, "threads"))
+	lm, err := openModel(ctx, env, src, quant, flagInt(fs, "threads"))
 	if err != nil {
 		return err
 	}
