@@ -1,6 +1,9 @@
 package tokenizer
 
-import "unicode/utf8"
+import (
+	"math"
+	"unicode/utf8"
+)
 
 // Encode turns text into token ids, with the BOS id first when bos is true.
 //
@@ -24,54 +27,82 @@ func (t *Tokenizer) Encode(text string, bos bool) []int {
 		return ids
 	}
 	s := " " + text
+	if len(s) > math.MaxInt32 {
+		// Symbol offsets are int32 to halve the working set; text this
+		// long (2 GiB) is far beyond any model's context anyway.
+		panic("tokenizer: Encode: text longer than 2 GiB")
+	}
 	n := utf8.RuneCountInString(s) // counts each invalid byte as one
 
 	// Symbols form a doubly linked list over s; symbol i starts at start[i]
 	// and is size[i] bytes long (0 once merged into its left neighbour).
 	// Indices follow text order, so a smaller left index is further left.
 	sym := make([]symbol, n)
-	i := 0
+	i := int32(0)
 	for off := 0; off < len(s); i++ {
 		_, w := utf8.DecodeRuneInString(s[off:])
-		sym[i] = symbol{start: off, size: w, prev: i - 1, next: i + 1}
+		sym[i] = symbol{start: int32(off), size: int32(w), prev: i - 1, next: i + 1}
 		off += w
 	}
 	sym[n-1].next = -1
 
-	h := pairHeap(make([]pair, 0, n))
-	push := func(l, r int) {
-		if l < 0 || r < 0 {
-			return
-		}
+	candidate := func(l, r int32) (pair, bool) {
 		size := sym[l].size + sym[r].size
-		if size > t.maxLen {
-			return
+		if int(size) > t.maxLen {
+			return pair{}, false
 		}
 		start := sym[l].start
-		if id, ok := t.merge[s[start:start+size]]; ok {
-			h.push(pair{score: t.scores[id], left: l, right: r, size: size})
-		}
+		id, ok := t.merge[s[start:start+size]]
+		return pair{score: t.scores[id], left: l, right: r, size: size}, ok
 	}
-	for i := 0; i+1 < n; i++ {
-		push(i, i+1)
-	}
-	for len(h) > 0 {
-		p := h.pop()
-		l, r := &sym[p.left], &sym[p.right]
-		if l.size == 0 || r.size == 0 || l.next != p.right || l.size+r.size != p.size {
-			continue // stale: one side has merged since this pair was queued
+	text1 := func(i int32) string { return s[sym[i].start : sym[i].start+sym[i].size] }
+
+	// Merging is independent on either side of a boundary that no piece
+	// spans (one between two characters never adjacent in any piece, such
+	// as most word ends), so each segment between such boundaries is merged
+	// on its own, with a small heap that stays in cache.
+	h := pairHeap(make([]pair, 0, 64))
+	for a := int32(0); a < int32(n); {
+		b := a
+		for b+1 < int32(n) && t.adjacent(text1(b), text1(b+1)) {
+			b++
 		}
-		l.size = p.size
-		r.size = 0
-		l.next = r.next
-		if r.next >= 0 {
-			sym[r.next].prev = p.left
+		h = h[:0]
+		for i := a; i < b; i++ {
+			if p, ok := candidate(i, i+1); ok {
+				h = append(h, p)
+			}
 		}
-		push(l.prev, p.left)
-		push(p.left, l.next)
+		h.init()
+		for len(h) > 0 {
+			p := h.pop()
+			l, r := &sym[p.left], &sym[p.right]
+			if l.size == 0 || r.size == 0 || l.next != p.right || l.size+r.size != p.size {
+				continue // stale: one side has merged since this pair was queued
+			}
+			l.size = p.size
+			r.size = 0
+			l.next = r.next
+			if r.next >= 0 {
+				sym[r.next].prev = p.left
+			}
+			// Neither new pair can cross the segment's ends: it would
+			// be a piece spanning them.
+			if l.prev >= 0 {
+				if q, ok := candidate(l.prev, p.left); ok {
+					h.push(q)
+				}
+			}
+			if l.next >= 0 {
+				if q, ok := candidate(p.left, l.next); ok {
+					h.push(q)
+				}
+			}
+		}
+		a = b + 1
 	}
 
-	for i := 0; i >= 0; i = sym[i].next {
+	for i := int32(0); i >= 0; i = sym[i].next {
 		piece := s[sym[i].start : sym[i].start+sym[i].size]
 		if id, ok := t.merge[piece]; ok {
 			ids = append(ids, int(id))
@@ -88,38 +119,88 @@ func (t *Tokenizer) Encode(text string, bos bool) []int {
 	return ids
 }
 
+// adjacent reports whether characters a and b (each one UTF-8 character,
+// or one byte of invalid UTF-8) occur next to each other in some piece.
+func (t *Tokenizer) adjacent(a, b string) bool {
+	_, ok := t.adj[charKey(a)<<32|charKey(b)]
+	return ok
+}
+
+// charKey packs a character's (at most 4) bytes into 32 bits. UTF-8 is
+// self-delimiting, so distinct characters and lone invalid bytes get
+// distinct keys.
+func charKey(c string) uint64 {
+	var k uint64
+	for j := range 4 {
+		k <<= 8
+		if j < len(c) {
+			k |= uint64(c[j])
+		}
+	}
+	return k
+}
+
+// indexAdjacent records every pair of adjacent characters in the merge
+// pieces, for adjacent.
+func (t *Tokenizer) indexAdjacent() {
+	t.adj = make(map[uint64]struct{})
+	for p := range t.merge {
+		prev := ""
+		for len(p) > 0 {
+			_, w := utf8.DecodeRuneInString(p)
+			if prev != "" {
+				t.adj[charKey(prev)<<32|charKey(p[:w])] = struct{}{}
+			}
+			prev, p = p[:w], p[w:]
+		}
+	}
+}
+
 type symbol struct {
-	start, size int
-	prev, next  int // -1 at the ends
+	start, size int32
+	prev, next  int32 // -1 at the ends
 }
 
 // pair is a queued merge candidate: symbols left and right, whose
-// concatenation (size bytes) is a piece with this score.
+// concatenation (size bytes) is a piece with this score. 16 bytes, so a
+// node's four children share a cache line.
 type pair struct {
 	score       float32
-	left, right int
-	size        int
+	left, right int32
+	size        int32
 }
 
 // before orders the heap: higher score first, then leftmost.
-func (a pair) before(b pair) bool {
+func (a *pair) before(b *pair) bool {
 	return a.score > b.score || (a.score == b.score && a.left < b.left)
 }
 
-// pairHeap is a binary max-heap of pairs.
+// pairHeap is a 4-ary max-heap of pairs (shallower than a binary heap, and
+// a node's children are adjacent in memory).
 type pairHeap []pair
+
+func (h pairHeap) init() {
+	if len(h) < 2 {
+		return
+	}
+	for i := (len(h) - 2) / 4; i >= 0; i-- {
+		h.down(i)
+	}
+}
 
 func (h *pairHeap) push(p pair) {
 	*h = append(*h, p)
 	q := *h
-	for i := len(q) - 1; i > 0; {
-		parent := (i - 1) / 2
-		if !q[i].before(q[parent]) {
+	i := len(q) - 1
+	for i > 0 {
+		parent := (i - 1) / 4
+		if !p.before(&q[parent]) {
 			break
 		}
-		q[i], q[parent] = q[parent], q[i]
+		q[i] = q[parent]
 		i = parent
 	}
+	q[i] = p
 }
 
 func (h *pairHeap) pop() pair {
@@ -128,20 +209,32 @@ func (h *pairHeap) pop() pair {
 	last := len(q) - 1
 	q[0] = q[last]
 	q = q[:last]
-	for i := 0; ; {
-		best, l, r := i, 2*i+1, 2*i+2
-		if l < len(q) && q[l].before(q[best]) {
-			best = l
-		}
-		if r < len(q) && q[r].before(q[best]) {
-			best = r
-		}
-		if best == i {
+	*h = q
+	if last > 0 {
+		q.down(0)
+	}
+	return top
+}
+
+// down sifts q[i] towards the leaves.
+func (q pairHeap) down(i int) {
+	x := q[i]
+	for {
+		c := 4*i + 1
+		if c >= len(q) {
 			break
 		}
-		q[i], q[best] = q[best], q[i]
+		best := c
+		for j := c + 1; j < c+4 && j < len(q); j++ {
+			if q[j].before(&q[best]) {
+				best = j
+			}
+		}
+		if !q[best].before(&x) {
+			break
+		}
+		q[i] = q[best]
 		i = best
 	}
-	*h = q
-	return top
+	q[i] = x
 }

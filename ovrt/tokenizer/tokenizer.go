@@ -52,8 +52,9 @@ type Tokenizer struct {
 	bos, eos, unk int
 	byteID        [256]int32 // id of the byte token for each byte, -1 if none
 
-	merge  map[string]int32 // surface text of Normal pieces -> id (lowest id wins)
-	maxLen int              // longest key of merge, in bytes
+	merge  map[string]int32    // surface text of Normal pieces -> id (lowest id wins)
+	maxLen int                 // longest key of merge, in bytes
+	adj    map[uint64]struct{} // pairs of characters adjacent in some merge key
 }
 
 // New builds a tokenizer from an explicit vocabulary in SentencePiece/GGUF
@@ -153,6 +154,7 @@ func (t *Tokenizer) finish() {
 		t.merge[s] = int32(i)
 		t.maxLen = max(t.maxLen, len(s))
 	}
+	t.indexAdjacent()
 }
 
 // parseByteToken parses "<0xNN>" (hex digits of either case).

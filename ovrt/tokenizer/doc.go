@@ -1,0 +1,132 @@
+// Package tokenizer is pipeshard's tokenizer for Llama-family models: a
+// SentencePiece-compatible BPE encoder with byte fallback, a decoder that
+// streams text as tokens are generated, and readers and writers for the
+// vocabulary formats pipeshard meets (llama2.c's tokenizer.bin; GGUF's
+// tokenizer.ggml.* arrays through New and Vocab).
+//
+// For stories15M it produces SentencePiece's own (Llama 2 tokenizer)
+// encodings id for id; the tests check it against the oracle's reference
+// encodings.
+//
+// # Loading
+//
+//	tok, err := tokenizer.LoadFor("tokenizer.bin", cfg.Vocab) // must match the model
+//	tok, err := tokenizer.Load("tokenizer.bin")               // standalone: count from the file
+//	tok, err := tokenizer.Parse(data, 32000)                  // from memory; InferVocab for any count
+//	tok, err := tokenizer.New(pieces, scores, kinds, bos, eos, unk)
+//
+// A llama2.c tokenizer.bin is a little-endian int32 max_token_length
+// followed by one record per token: float32 score, int32 byte length, the
+// bytes. It does not store the number of tokens: the model implies it (32000
+// for stories15M). LoadFor and Parse with a size therefore demand exactly
+// that many records and otherwise fail with ErrMismatch naming both counts;
+// Load and Parse with InferVocab accept whatever the file holds, which cannot
+// tell a complete file from one cut at a record boundary.
+//
+// The format also has quirks that a loader keyed by string would get wrong.
+// Ids 0, 1 and 2 are <unk>, BOS and EOS by convention (llama2.c hardcodes
+// them), BOS and EOS stored as "\n<s>\n" and "\n</s>\n". Ids 3..258 are the
+// byte-fallback tokens, byte b at id 3+b; the current llama2.c export spells
+// them "<0xNN>", but older ones, stories15M's among them, wrote chr(b) in
+// UTF-8: the raw byte for b < 0x80, the two-byte encoding of U+0080..U+00FF
+// above. Either way the same string can then also be an ordinary piece (204
+// strings occur twice in stories15M's file, e.g. "!" is byte token 36 and
+// piece 29991). This package keeps every id: kinds are assigned by position,
+// and only Normal pieces take part in encoding. Spaces are stored as ' '.
+//
+// Parse never panics and allocates at most a small multiple of the input:
+// every length is checked against the rest of the file and against
+// max_token_length (itself checked against the file) before anything is
+// allocated, negative lengths and non-finite scores are rejected, and
+// Load refuses files over MaxFileSize. Errors name the file, the token, its
+// byte offset and the offending value, e.g.
+//
+//	tokenizer: truncated tokenizer file: tokenizer.bin: token 1234 at offset 5678: length 9999 exceeds the file (100 bytes left)
+//	tokenizer: tokenizer does not match the model: tokenizer.bin holds 32000 tokens, the model's vocabulary has 32001
+//
+// # Vocabulary and kinds
+//
+// Every token has a Kind, whose values are GGUF's tokenizer.ggml.token_type
+// codes: Normal (1) pieces are merged by the encoder and decode to their
+// text; Unknown (2) stands for unspellable text; Control (3) tokens (BOS,
+// EOS, ...) are never produced from text and decode to nothing; Byte (6)
+// tokens decode to one raw byte. GGUF's user-defined (4) and unused (5)
+// types are not supported; an importer must map them.
+//
+// New takes a vocabulary in SentencePiece/GGUF conventions (tokens with "▁"
+// for spaces, byte tokens spelled "<0xNN>" and identified by their kind,
+// scores, kinds, and the BOS, EOS and unknown ids), which is what
+// tokenizer.ggml.tokens, .scores and .token_type plus the
+// tokenizer.ggml.*_token_id keys hold. Vocab returns the same form, with
+// llama2.c's ids 0..2 named "<unk>", "<s>" and "</s>": a GGUF written from
+// it is accepted by llama.cpp (all token strings distinct), and New(Vocab())
+// rebuilds the same tokenizer. Piece returns one token in this form, so
+// pieces compare directly with SentencePiece's ("▁Once", "<0x0A>").
+//
+// # Encoding
+//
+// Encode(text, bos) runs SentencePiece's BPE as the Llama 2 tokenizer is
+// configured (identity normalisation, dummy prefix, byte fallback) and as
+// llama2.c reimplements it:
+//
+//  1. If text is non-empty, a space is prepended (the dummy prefix).
+//  2. The text is split into UTF-8 characters. A byte of invalid UTF-8 is a
+//     character of its own.
+//  3. Repeatedly, among all adjacent pairs of symbols whose concatenation is
+//     a Normal piece, the one whose piece has the highest score is merged;
+//     ties go to the leftmost pair. This stops when no pair merges.
+//  4. Each symbol that is a piece becomes its id (the lowest, should two
+//     Normal pieces share a text). Any other symbol, a character outside the
+//     vocabulary, becomes the byte tokens of its bytes ("😀" becomes
+//     <0xF0><0x9F><0x98><0x80>), or the unknown token for a byte that has
+//     none.
+//
+// Merging uses a priority queue over a linked list of symbols, so a prompt
+// of n characters takes O(n log n) time; 100 KB of text encodes in tens of
+// milliseconds. Text that spells a control token, like "<s>", is encoded
+// as plain text. Two deliberate differences from SentencePiece, both
+// outside what a Llama prompt normally contains: a literal "▁" (U+2581) in
+// the text is an ordinary character here (SentencePiece reads it as a
+// space), and invalid UTF-8 becomes byte tokens of the raw bytes
+// (SentencePiece first replaces it with U+FFFD).
+//
+// # Decoding
+//
+// Decode(ids) and the streaming Decoder (NewDecoder, Next, Flush) follow
+// one set of rules, and Next's outputs followed by Flush's concatenate to
+// exactly Decode's result:
+//
+//   - Normal tokens give their text, Byte tokens their raw byte, Control
+//     tokens (BOS, EOS) nothing, Unknown tokens U+FFFD.
+//   - After BOS, one leading space is dropped from the next token that gives
+//     text: it is the dummy prefix (SentencePiece removes it; llama2.c strips
+//     a leading space after BOS). Without BOS nothing is dropped, so decoding
+//     only a generated continuation keeps the space that separates it from
+//     the prompt. Hence Decode(Encode(s, true)) == s for all valid UTF-8 s,
+//     while Decode(Encode(s, false)) == " " + s.
+//   - Byte tokens that split a character are held back until the character
+//     is complete, then emitted whole. Bytes that can no longer form valid
+//     UTF-8 become U+FFFD (one per maximal ill-formed subpart, as Unicode
+//     recommends) as soon as that is certain; Flush turns an incomplete tail
+//     into U+FFFD. The output is always valid UTF-8.
+//   - An id outside the vocabulary gives U+FFFD. DecodeChecked rejects such
+//     ids instead, and CheckID tests one, both with an error wrapping
+//     ErrTokenID: "token id 40000 outside the vocabulary of 32000".
+//
+// A streaming loop:
+//
+//	d := tok.NewDecoder()
+//	for id := range generated {
+//		if err := tok.CheckID(id); err != nil {
+//			return err
+//		}
+//		fmt.Print(d.Next(id))
+//	}
+//	fmt.Print(d.Flush())
+//
+// # Concurrency
+//
+// A Tokenizer is immutable after construction: any number of goroutines may
+// encode and decode with it at once. A Decoder holds one stream's state and
+// must not be shared; Flush resets it for reuse.
+package tokenizer
