@@ -63,9 +63,9 @@ func F32ToF16(f float32) uint16 {
 	}
 	// Result is a binary16 subnormal (or rounds up to the smallest normal):
 	// count units of 2^-24. The value is m * 2^(exp-150) with m the 24-bit
-	// significand, so units = m >> (125 - exp), rounded.
+	// significand, so units = m >> (126 - exp), rounded.
 	m := mant | 0x800000
-	shift := uint(125 - exp) // >= 14 because he <= 0
+	shift := uint(126 - exp) // >= 14 because he <= 0
 	if shift >= 32 {
 		return sign
 	}

@@ -28,7 +28,7 @@ func ISA() string { return active.name }
 // bit-identical whatever the ISA, ntok, r0, r1 and the other rows and tokens
 // in the call.
 func MatMulF32(out []float32, outStride int, w []float32, cols int, x []float32, xStride, ntok, r0, r1 int) {
-	if !checkArgs("MatMulF32", len(out), outStride, len(w), cols, 4*cols, 1, len(x), xStride, ntok, r0, r1) {
+	if !checkArgs("MatMulF32", len(out), outStride, len(w), cols, cols, 1, len(x), xStride, ntok, r0, r1) {
 		return
 	}
 	if cols == 0 {

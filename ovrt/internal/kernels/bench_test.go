@@ -1,0 +1,73 @@
+package kernels
+
+import (
+	"fmt"
+	"math/rand"
+	"testing"
+)
+
+// Benchmarks report the weight bytes streamed per call as b.SetBytes, so
+// the MB/s column is the weight bandwidth. Each shape runs on every backend
+// the CPU supports:
+//
+//	go test -run '^$' -bench . ./ovrt/internal/kernels
+var benchShapes = []struct {
+	rows, cols, ntok int
+}{
+	{32000, 288, 1}, // stories15M LM head, decode
+	{768, 288, 1},   // FFN w1/w3, decode
+	{288, 768, 1},   // FFN w2, decode
+	{768, 288, 16},  // FFN w1/w3, 16-token prefill
+}
+
+func benchInputs(rows, cols, ntok int) (wf []float32, w8, w4 []byte, x, out []float32) {
+	rng := rand.New(rand.NewSource(1))
+	wf = make([]float32, rows*cols)
+	for i := range wf {
+		wf[i] = float32(rng.NormFloat64()) * 0.05
+	}
+	w8 = make([]byte, rows*cols/QK*Q8_0BlockBytes)
+	w4 = make([]byte, rows*cols/QK*Q4_0BlockBytes)
+	for r := 0; r < rows; r++ {
+		QuantizeRowQ8_0(w8[r*cols/QK*Q8_0BlockBytes:], wf[r*cols:(r+1)*cols])
+		QuantizeRowQ4_0(w4[r*cols/QK*Q4_0BlockBytes:], wf[r*cols:(r+1)*cols])
+	}
+	x = make([]float32, ntok*cols)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	out = make([]float32, ntok*rows)
+	return
+}
+
+func benchmarkMatMul(b *testing.B, format string) {
+	for _, s := range benchShapes {
+		wf, w8, w4, x, out := benchInputs(s.rows, s.cols, s.ntok)
+		for _, be := range backends() {
+			name := fmt.Sprintf("%dx%d/ntok=%d/%s", s.rows, s.cols, s.ntok, be.name)
+			b.Run(name, func(b *testing.B) {
+				switch format {
+				case "f32":
+					b.SetBytes(int64(len(wf) * 4))
+					for b.Loop() {
+						be.f32(out, s.rows, wf, s.cols, x, s.cols, s.ntok, 0, s.rows)
+					}
+				case "q8":
+					b.SetBytes(int64(len(w8)))
+					for b.Loop() {
+						be.q8(out, s.rows, w8, s.cols, x, s.cols, s.ntok, 0, s.rows)
+					}
+				case "q4":
+					b.SetBytes(int64(len(w4)))
+					for b.Loop() {
+						be.q4(out, s.rows, w4, s.cols, x, s.cols, s.ntok, 0, s.rows)
+					}
+				}
+			})
+		}
+	}
+}
+
+func BenchmarkMatMulF32(b *testing.B)  { benchmarkMatMul(b, "f32") }
+func BenchmarkMatMulQ8_0(b *testing.B) { benchmarkMatMul(b, "q8") }
+func BenchmarkMatMulQ4_0(b *testing.B) { benchmarkMatMul(b, "q4") }
