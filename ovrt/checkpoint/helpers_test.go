@@ -2,8 +2,8 @@ package checkpoint
 
 import (
 	"encoding/binary"
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"

@@ -158,10 +158,10 @@ func openHFTensors(dir string) (*hfStore, error) {
 	case errors.Is(err, fs.ErrNotExist):
 		// A single file: open it now, so that its absence is reported as
 		// such rather than as a missing tensor.
+		if _, err := os.Stat(filepath.Join(dir, hfSingleFile)); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("checkpoint: %s has neither %s nor %s: %w", dir, hfSingleFile, hfIndexFile, err)
+		}
 		if _, err := s.shard(hfSingleFile); err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil, fmt.Errorf("checkpoint: %s has neither %s nor %s: %w", dir, hfSingleFile, hfIndexFile, err)
-			}
 			return nil, err
 		}
 		return s, nil

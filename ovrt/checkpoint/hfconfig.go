@@ -3,7 +3,9 @@ package checkpoint
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 
 	"github.com/pipeshard/pipeshard/ovrt"
@@ -56,6 +58,13 @@ func parseHFConfig(name string, b []byte) (hfModel, error) {
 	var m hfModel
 	var hc hfConfig
 	if err := json.Unmarshal(b, &hc); err != nil {
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &te) && te.Field == "":
+			return m, fmt.Errorf("%w: %s: a JSON %s, not an object", ErrConfig, name, te.Value)
+		case errors.As(err, &te):
+			return m, fmt.Errorf("%w: %s: %s is a JSON %s, want %v", ErrConfig, name, te.Field, te.Value, jsonKind(te.Type))
+		}
 		return m, fmt.Errorf("%w: %s: %v", ErrConfig, name, err)
 	}
 	bad := func(format string, args ...any) error {
@@ -186,6 +195,23 @@ func tokenID(name, field string, raw json.RawMessage, def, vocab int) (int, erro
 		return 0, fmt.Errorf("%w: %s: %s %d outside the vocabulary of %d", ErrConfig, name, field, id, vocab)
 	}
 	return id, nil
+}
+
+// jsonKind names what JSON a Go type accepts, for error messages.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int64:
+		return "integer"
+	case reflect.Float64:
+		return "number"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.String:
+		return "string"
+	case reflect.Slice:
+		return "list"
+	}
+	return t.String()
 }
 
 func isNull(raw json.RawMessage) bool {
