@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/pipeshard/pipeshard/internal/generate"
 	"github.com/pipeshard/pipeshard/ovrt"
 )
 
@@ -130,37 +131,44 @@ func TestRewindByPosition(t *testing.T) {
 }
 
 func TestShardChainEqualsWhole(t *testing.T) {
-	path := loadStories(t) // keep the whole model for reference
-	whole := compile(t, path)
-	for _, cut := range [][]int{{0, 3, 6}, {0, 1, 5, 6}} {
+	w := loadStories(t)
+	whole := compile(t, w)
+	// Each cut: layer range and head rows of every stage.
+	cuts := [][][4]int{
+		{{0, 3, 0, 0}, {3, 6, 0, 0}},
+		{{0, 1, 0, 0}, {1, 5, 0, 0}, {5, 6, 0, 0}},
+		{{0, 6, 0, 16000}, {6, 6, 16000, 32000}},
+		{{0, 4, 0, 0}, {4, 6, 0, 9984}, {6, 6, 9984, 32000}},
+	}
+	for _, cut := range cuts {
 		var chain []*ovrt.Model
-		for i := 0; i+1 < len(cut); i++ {
-			w := *path
-			w.Start, w.End = cut[i], cut[i+1]
-			w.Layers = path.Layers[cut[i]:cut[i+1]]
-			w.Closer = nil
-			chain = append(chain, compile(t, &w))
+		for _, c := range cut {
+			v, err := w.Slice(c[0], c[1], c[2], c[3])
+			if err != nil {
+				t.Fatal(err)
+			}
+			chain = append(chain, compile(t, v))
+		}
+		local, err := generate.NewLocal(chain...)
+		if err != nil {
+			t.Fatal(err)
 		}
 		for _, p := range prompts {
 			want := logitsAll(t, whole, p)
-			step := ovrt.Step{Tokens: ids32(p), Want: ovrt.WantAll}
-			var got []float32
-			for i, m := range chain {
-				res, err := m.NewRequest().Infer(step)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if i == len(chain)-1 {
-					got = res.Logits
-				} else if res.Logits != nil || len(res.Hidden) != len(p)*m.Config().Dim {
-					t.Fatalf("stage %d returned %d hidden floats", i, len(res.Hidden))
-				}
-				step = ovrt.Step{Hidden: res.Hidden, Want: ovrt.WantAll}
+			got, err := local.Forward(t.Context(), 0, ids32(p), true)
+			if err != nil {
+				t.Fatal(err)
 			}
 			if i := bitsEqual(want, got); i >= 0 {
 				t.Fatalf("cut %v: chained logits differ at %d", cut, i)
 			}
 		}
+	}
+	// A chain with a gap is refused.
+	a, _ := w.Slice(0, 3, 0, 0)
+	b, _ := w.Slice(4, 6, 0, 0)
+	if _, err := generate.NewLocal(compile(t, a), compile(t, b)); err == nil {
+		t.Fatal("a chain missing layer 3 was accepted")
 	}
 }
 
@@ -169,9 +177,11 @@ func TestForwardErrors(t *testing.T) {
 	m := compile(t, w)
 	other := compile(t, w)
 	c := m.Config()
-	mid := *w
-	mid.Start, mid.End, mid.Layers, mid.Closer = 2, 4, w.Layers[2:4], nil
-	stage := compile(t, &mid)
+	mid, err := w.Slice(2, 4, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stage := compile(t, mid)
 
 	r := m.NewRequest()
 	if _, err := r.Infer(ovrt.Step{Tokens: []int32{1, 2, 3}}); err != nil {

@@ -33,10 +33,10 @@ type Step struct {
 }
 
 // Result is the output of one Step. Its slices point into the request's
-// output buffer and stay valid until the request's next forward.
+// output buffers and stay valid until the request's next forward.
 type Result struct {
-	Hidden []float32 // [n][Dim], from a model without the head
-	Logits []float32 // [rows][Vocab], from a model with the head
+	Hidden []float32 // [n][Dim], from every range but the last
+	Logits []float32 // [rows][HeadHi-HeadLo], from a range with the head
 	Err    error     // why this step was not run; other steps are unaffected
 }
 
@@ -179,10 +179,12 @@ func (m *Model) Forward(steps []Step) []Result {
 		x := sc.x[off*c.Dim : (off+n)*c.Dim]
 		off += n
 		r.n = s.Pos + n
+		if !m.w.IsLast() {
+			r.hidden = grow(r.hidden, n*c.Dim)
+			copy(r.hidden, x)
+			res[i].Hidden = r.hidden
+		}
 		if !m.w.HasHead() {
-			r.out = grow(r.out, n*c.Dim)
-			copy(r.out, x)
-			res[i].Hidden = r.out
 			continue
 		}
 		switch s.Want {
@@ -196,7 +198,7 @@ func (m *Model) Forward(steps []Step) []Result {
 		for t := 0; t < rows; t++ {
 			rmsnorm(xb[t*c.Dim:(t+1)*c.Dim], x[t*c.Dim:(t+1)*c.Dim], m.w.FinalNorm, c.NormEps)
 		}
-		r.out = grow(r.out, rows*c.Vocab)
+		r.out = grow(r.out, rows*m.w.Head.Rows)
 		m.matmul(r.out, &m.w.Head, xb, rows)
 		res[i].Logits = r.out
 	}

@@ -20,7 +20,7 @@ func (w *Weights) Quantize(d DType) (*Weights, error) {
 	if d == Q4_0 {
 		outer = Q8_0
 	}
-	q := &Weights{Config: w.Config, Start: w.Start, End: w.End, FinalNorm: w.FinalNorm}
+	q := &Weights{Config: w.Config, Start: w.Start, End: w.End, HeadLo: w.HeadLo, HeadHi: w.HeadHi, FinalNorm: w.FinalNorm}
 	var err error
 	conv := func(m *Matrix, to DType) Matrix {
 		if err != nil {
@@ -41,7 +41,7 @@ func (w *Weights) Quantize(d DType) (*Weights, error) {
 		ql.W1, ql.W2, ql.W3 = conv(&l.W1, d), conv(&l.W2, d), conv(&l.W3, d)
 	}
 	if w.HasHead() {
-		if w.Config.TiedHead && w.HasEmbed() {
+		if lo, hi := w.HeadRange(); w.Config.TiedHead && w.HasEmbed() && lo == 0 && hi == w.Config.Vocab {
 			q.Head = q.Embed
 		} else {
 			q.Head = conv(&w.Head, outer)

@@ -16,7 +16,8 @@ type Request struct {
 	// head are one matrix-vector product over its keys.
 	k, v [][]float32
 
-	out []float32 // output buffer reused across forwards
+	out    []float32 // logits buffer reused across forwards
+	hidden []float32 // hidden-state buffer reused across forwards
 }
 
 // NewRequest returns an empty request for m. Its cache grows as positions

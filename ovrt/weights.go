@@ -109,15 +109,24 @@ type Layer struct {
 // a shard. The embedding is present iff Start == 0, the final norm and
 // output head iff End == Config.Layers. A whole model is the range
 // [0, Layers).
+//
+// The output head is often the largest single piece of work (60% of
+// stories15M's), so a range may hold only some of its rows: HeadLo and
+// HeadHi. Such a range returns the logits of its rows and the hidden state,
+// and the next range, which may hold no layers at all (Start == End ==
+// Layers), computes the following rows from that hidden state. Zero
+// HeadLo and HeadHi mean the whole head.
 type Weights struct {
 	Config Config
 	Start  int
 	End    int
 
+	HeadLo, HeadHi int // rows of the output head held; 0, 0 = all
+
 	Embed     Matrix    // [Vocab, Dim], iff Start == 0
 	Layers    []Layer   // End-Start blocks
 	FinalNorm []float32 // [Dim], iff End == Layers
-	Head      Matrix    // [Vocab, Dim], iff End == Layers (shares Embed's storage when tied)
+	Head      Matrix    // [HeadHi-HeadLo, Dim], iff End == Layers (shares Embed's storage when tied and whole)
 
 	// Closer releases the storage behind the tensors (an mmap), if any.
 	Closer io.Closer
@@ -126,8 +135,28 @@ type Weights struct {
 // HasEmbed reports whether the range starts at the first layer.
 func (w *Weights) HasEmbed() bool { return w.Start == 0 }
 
-// HasHead reports whether the range ends at the last layer.
+// HasHead reports whether the range ends at the last layer, and so holds
+// (some of) the output head.
 func (w *Weights) HasHead() bool { return w.End == w.Config.Layers }
+
+// HeadRange returns the rows of the output head the range holds: [0, 0)
+// without the head.
+func (w *Weights) HeadRange() (lo, hi int) {
+	switch {
+	case !w.HasHead():
+		return 0, 0
+	case w.HeadHi == 0:
+		return 0, w.Config.Vocab
+	}
+	return w.HeadLo, w.HeadHi
+}
+
+// IsLast reports whether the range computes the final logits rows: no
+// range follows it.
+func (w *Weights) IsLast() bool {
+	_, hi := w.HeadRange()
+	return hi == w.Config.Vocab
+}
 
 // Close releases the weights' storage. The weights must not be used after.
 func (w *Weights) Close() error {
@@ -154,7 +183,7 @@ func (w *Weights) Bytes() int64 {
 	}
 	if w.HasHead() {
 		n += int64(4 * len(w.FinalNorm))
-		if !(w.Config.TiedHead && w.HasEmbed()) {
+		if lo, hi := w.HeadRange(); !(w.Config.TiedHead && w.HasEmbed() && lo == 0 && hi == w.Config.Vocab) {
 			n += w.Head.Bytes()
 		}
 	}
@@ -171,8 +200,16 @@ func (w *Weights) Validate() error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	if w.Start < 0 || w.End > c.Layers || w.Start >= w.End {
+	if w.Start < 0 || w.End > c.Layers || w.Start > w.End || (w.Start == w.End && w.End != c.Layers) {
 		return fmt.Errorf("%w: layer range [%d, %d) of %d layers", ErrBadWeights, w.Start, w.End, c.Layers)
+	}
+	if w.HeadLo != 0 || w.HeadHi != 0 {
+		if !w.HasHead() || w.HeadLo < 0 || w.HeadHi > c.Vocab || w.HeadLo >= w.HeadHi {
+			return fmt.Errorf("%w: head rows [%d, %d) for layers [%d, %d) of %d, vocabulary %d", ErrBadWeights, w.HeadLo, w.HeadHi, w.Start, w.End, c.Layers, c.Vocab)
+		}
+	}
+	if w.Start == w.End && w.HeadLo == 0 {
+		return fmt.Errorf("%w: a range without layers must hold later rows of the head, not [%d, %d)", ErrBadWeights, w.HeadLo, w.HeadHi)
 	}
 	if len(w.Layers) != w.End-w.Start {
 		return fmt.Errorf("%w: %d layers for range [%d, %d)", ErrBadWeights, len(w.Layers), w.Start, w.End)
@@ -213,9 +250,50 @@ func (w *Weights) Validate() error {
 		if err := vec("final norm", w.FinalNorm, c.Dim); err != nil {
 			return err
 		}
-		if err := w.Head.check("output head", c.Vocab, c.Dim); err != nil {
+		lo, hi := w.HeadRange()
+		if err := w.Head.check("output head", hi-lo, c.Dim); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// Slice returns a view of the layer range [start, end) and head rows
+// [headLo, headHi) of w, sharing w's storage (headLo = headHi = 0: the
+// whole head, if the range has it). w must hold every part asked for.
+// The view has no Closer: w still owns the storage.
+func (w *Weights) Slice(start, end, headLo, headHi int) (*Weights, error) {
+	if start < w.Start || end > w.End || start > end {
+		return nil, fmt.Errorf("%w: layers [%d, %d) outside the held range [%d, %d)", ErrBadWeights, start, end, w.Start, w.End)
+	}
+	v := &Weights{Config: w.Config, Start: start, End: end, HeadLo: headLo, HeadHi: headHi,
+		Layers: w.Layers[start-w.Start : end-w.Start]}
+	if v.HasEmbed() {
+		v.Embed = w.Embed
+	}
+	if v.HasHead() {
+		lo, hi := v.HeadRange()
+		wlo, whi := w.HeadRange()
+		if lo < wlo || hi > whi {
+			return nil, fmt.Errorf("%w: head rows [%d, %d) outside the held rows [%d, %d)", ErrBadWeights, lo, hi, wlo, whi)
+		}
+		v.FinalNorm = w.FinalNorm
+		v.Head = w.Head.rows(lo-wlo, hi-wlo)
+	}
+	if err := v.Validate(); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// rows returns a view of rows [lo, hi) of m.
+func (m *Matrix) rows(lo, hi int) Matrix {
+	r := Matrix{DType: m.DType, Rows: hi - lo, Cols: m.Cols}
+	if m.DType == F32 {
+		r.F32 = m.F32[lo*m.Cols : hi*m.Cols]
+	} else {
+		rb := m.DType.RowBytes(m.Cols)
+		r.Q = m.Q[lo*rb : hi*rb]
+	}
+	return r
 }

@@ -130,28 +130,38 @@ func Run(ctx context.Context, f Forwarder, prompt []int, o Options) (Result, err
 	return res, nil
 }
 
-// Local runs a whole model (or a chain of shards) in this process.
+// Local runs a whole model, or a chain of shards, in this process.
 type Local struct {
-	reqs []*ovrt.Request // one per model, in layer order
+	vocab int
+	reqs  []*ovrt.Request // one per model, in layer order
+	heads [][2]int        // each model's rows of the output head
+	buf   []float32
 }
 
-// NewLocal chains models that together cover all layers, in order.
+// NewLocal chains models that together cover all layers and all rows of
+// the output head, in order.
 func NewLocal(models ...*ovrt.Model) (*Local, error) {
 	if len(models) == 0 {
 		return nil, fmt.Errorf("generate: no models")
 	}
-	next := 0
-	l := &Local{}
+	c := models[0].Config()
+	l := &Local{vocab: c.Vocab}
+	layer, row := 0, 0
 	for _, m := range models {
 		s, e := m.Range()
-		if s != next {
-			return nil, fmt.Errorf("generate: shard [%d, %d) does not follow layer %d", s, e, next)
+		lo, hi := m.Weights().HeadRange()
+		if s != layer || (hi > lo && lo != row) {
+			return nil, fmt.Errorf("generate: shard [%d, %d) head rows [%d, %d) does not follow layer %d, row %d", s, e, lo, hi, layer, row)
 		}
-		next = e
+		layer = e
+		if hi > lo {
+			row = hi
+		}
 		l.reqs = append(l.reqs, m.NewRequest())
+		l.heads = append(l.heads, [2]int{lo, hi})
 	}
-	if c := models[0].Config(); next != c.Layers {
-		return nil, fmt.Errorf("generate: shards end at layer %d of %d", next, c.Layers)
+	if layer != c.Layers || row != c.Vocab {
+		return nil, fmt.Errorf("generate: shards end at layer %d of %d, head row %d of %d", layer, c.Layers, row, c.Vocab)
 	}
 	return l, nil
 }
@@ -159,19 +169,33 @@ func NewLocal(models ...*ovrt.Model) (*Local, error) {
 // Forward implements Forwarder.
 func (l *Local) Forward(ctx context.Context, pos int, ids []int32, all bool) ([]float32, error) {
 	want := ovrt.WantLast
+	rows := 1
 	if all {
 		want = ovrt.WantAll
+		rows = len(ids)
 	}
 	step := ovrt.Step{Pos: pos, Tokens: ids, Want: want}
+	var logits []float32
 	for i, r := range l.reqs {
 		res, err := r.Infer(step)
 		if err != nil {
 			return nil, err
 		}
-		if i == len(l.reqs)-1 {
-			return res.Logits, nil
+		if h := l.heads[i]; h[1] > h[0] {
+			if h[0] == 0 && h[1] == l.vocab {
+				logits = res.Logits
+			} else {
+				if cap(l.buf) < rows*l.vocab {
+					l.buf = make([]float32, rows*l.vocab)
+				}
+				logits = l.buf[:rows*l.vocab]
+				w := h[1] - h[0]
+				for t := 0; t < rows; t++ {
+					copy(logits[t*l.vocab+h[0]:t*l.vocab+h[1]], res.Logits[t*w:(t+1)*w])
+				}
+			}
 		}
 		step = ovrt.Step{Pos: pos, Hidden: res.Hidden, Want: want}
 	}
-	panic("unreachable")
+	return logits, nil
 }
