@@ -82,8 +82,12 @@
 //     none.
 //
 // Merging uses a priority queue over a linked list of symbols, so a prompt
-// of n characters takes O(n log n) time; 100 KB of text encodes in tens of
-// milliseconds. Text that spells a control token, like "<s>", is encoded
+// of n characters takes O(n log n) time. Moreover, since no merge can cross
+// a boundary between two characters that are adjacent in no piece (for
+// Llama, most word ends), each stretch between such boundaries is merged on
+// its own with a small heap; the result is the same as one global pass.
+// English prose encodes at about 10 MB/s (100 KB in about 10 ms). Text must
+// be under 2 GiB. Text that spells a control token, like "<s>", is encoded
 // as plain text. Two deliberate differences from SentencePiece, both
 // outside what a Llama prompt normally contains: a literal "▁" (U+2581) in
 // the text is an ordinary character here (SentencePiece reads it as a

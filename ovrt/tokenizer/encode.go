@@ -17,7 +17,8 @@ import (
 // tokens of its UTF-8 bytes, or the unknown token for a byte without one.
 //
 // Control text such as "<s>" is encoded as plain text, never as a control
-// token. Encode runs in O(n log n) time for n characters.
+// token. Encode runs in O(n log n) time for n characters; it panics if text
+// is 2 GiB or longer.
 func (t *Tokenizer) Encode(text string, bos bool) []int {
 	ids := make([]int, 0, 2+len(text)/3)
 	if bos {

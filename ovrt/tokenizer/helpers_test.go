@@ -24,7 +24,8 @@ type testVocab struct {
 
 // synthNormals are the synthetic vocabulary's Normal pieces, best first.
 // "ab" and "bc" tie, to exercise the leftmost rule; "é" and "日" are
-// multi-byte characters in the vocabulary, "本" is not.
+// multi-byte characters in the vocabulary, "本" is not; "e▁" and "e▁c"
+// span a word end.
 var synthNormals = []struct {
 	piece string
 	score float32
@@ -32,7 +33,7 @@ var synthNormals = []struct {
 	{"▁t", -1}, {"he", -2}, {"▁the", -3}, {"in", -4}, {"▁a", -5}, {"an", -6},
 	{"nd", -7}, {"▁and", -8}, {"er", -9}, {"ab", -10}, {"bc", -10}, {"▁▁", -11},
 	{"ll", -12}, {"▁c", -13}, {"▁ca", -14}, {"▁cat", -15}, {"é", -16}, {"▁é", -17},
-	{"日", -18}, {"<s>", -19}, {"!", -20}, {"▁", -100},
+	{"日", -18}, {"<s>", -19}, {"!", -20}, {"e▁", -21}, {"e▁c", -22}, {"▁", -100},
 }
 
 func synthVocab() testVocab {

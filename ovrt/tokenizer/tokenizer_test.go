@@ -167,6 +167,8 @@ func TestSynthEncode(t *testing.T) {
 		{"<s>", []int{id("▁"), b('<'), id("s"), b('>')}},           // Normal "<s>" cannot form: "<" is no piece
 		{"  ", []int{id("▁▁"), id("▁")}},
 		{"A!", []int{id("▁"), b('A'), id("!")}},
+		{"be x", []int{id("▁"), id("b"), id("e▁"), id("x")}}, // a merge across a word end
+		{"be cat", []int{id("▁"), id("b"), id("e"), id("▁cat")}},
 	} {
 		got := tok.Encode(c.text, false)
 		if !slices.Equal(got, c.want) {
@@ -479,9 +481,9 @@ func TestNewErrors(t *testing.T) {
 	}{
 		{"empty", func(v *testVocab) { *v = testVocab{} }, 1, 2, 0, "empty vocabulary"},
 		{"lengths", func(v *testVocab) { v.scores = v.scores[:10] }, 1, 2, 0, "10 scores"},
-		{"bos", nil, 500, 2, 0, "BOS id 500 outside the vocabulary of 309"},
+		{"bos", nil, 500, 2, 0, "BOS id 500 outside the vocabulary of " + strconv.Itoa(len(base.pieces))},
 		{"eos", nil, 1, -1, 0, "EOS id -1"},
-		{"unk", nil, 1, 2, 309, "unknown-token id 309"},
+		{"unk", nil, 1, 2, len(base.pieces), "unknown-token id " + strconv.Itoa(len(base.pieces))},
 		{"nan", func(v *testVocab) { v.scores[263] = float32(math.NaN()) }, 1, 2, 0, "token 263 (\"▁a\"): score NaN is not finite"},
 		{"inf", func(v *testVocab) { v.scores[3] = float32(math.Inf(-1)) }, 1, 2, 0, "score -Inf"},
 		{"byte spelling", func(v *testVocab) { v.pieces[13] = []byte("\n") }, 1, 2, 0, "byte token 13 is spelled \"\\n\""},
