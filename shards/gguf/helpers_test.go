@@ -15,7 +15,7 @@ import (
 // tinyConfig is a small GQA model: 4 query heads sharing 2 KV heads of 16.
 func tinyConfig() ovrt.Config {
 	return ovrt.Config{
-		Dim: 64, HiddenDim: 96, Layers: 2, Heads: 4, KVHeads: 2, Vocab: 100,
+		Dim: 64, HiddenDim: 96, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16, Vocab: 100,
 		Context: 128, NormEps: 1e-5, RopeTheta: 10000, BOS: 1, EOS: 2,
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/pipeshard/pipeshard/internal/mmapfile"
 	"github.com/pipeshard/pipeshard/ovrt"
 )
 
@@ -77,22 +78,17 @@ func ReadLlamaConfig(f *File) (ovrt.Config, error) {
 		}
 	}
 
-	// Head size: key_length when present, kept as HeadDim only when it
-	// differs from Dim/Heads (so a config round-trips unchanged).
-	head := 0
-	if c.Heads > 0 {
-		head = c.Dim / c.Heads
+	// Head size: key_length, by default Dim/Heads. Like the other
+	// checkpoint loaders, HeadDim is always set explicitly.
+	if c.Heads > 0 && c.Dim%c.Heads == 0 {
+		c.HeadDim = c.Dim / c.Heads
 	}
 	if f.Has("llama.attention.key_length") {
-		k, err := uniformInt(f, "llama.attention.key_length")
-		if err != nil {
+		if c.HeadDim, err = uniformInt(f, "llama.attention.key_length"); err != nil {
 			return c, err
 		}
-		if k != head || c.Dim%c.Heads != 0 {
-			c.HeadDim = k
-		}
-		head = k
 	}
+	head := c.HeadDim
 	if f.Has("llama.attention.value_length") {
 		v, err := uniformInt(f, "llama.attention.value_length")
 		if err != nil {
@@ -366,31 +362,28 @@ func inferLlama3(factors []float32, headDim int, theta float64, orig int) (*ovrt
 // other types are an ErrUnsupported naming the tensor. Weights.Close
 // releases the file.
 func LoadLlama(path string, start, end int) (*ovrt.Weights, error) {
-	f, closer, err := openModel(path)
+	f, m, err := openModel(path)
 	if err != nil {
 		return nil, err
 	}
-	w, err := loadLlama(f, start, end)
+	w, err := loadLlama(f, start, end, m.Release)
 	if err != nil {
-		closer.Close()
+		m.Close()
 		return nil, fmt.Errorf("%w (file %s)", err, path)
 	}
-	if f.mem == nil {
-		// Everything was copied out of the file.
-		if err := closer.Close(); err != nil {
-			return nil, err
-		}
-	} else {
-		w.Closer = closer
-	}
+	w.Closer = m
 	return w, nil
 }
 
 // LoadLlamaFile is LoadLlama for an already parsed file, which must stay
 // open as long as the weights are used if it was parsed from memory.
-func LoadLlamaFile(f *File, start, end int) (*ovrt.Weights, error) { return loadLlama(f, start, end) }
+func LoadLlamaFile(f *File, start, end int) (*ovrt.Weights, error) {
+	return loadLlama(f, start, end, nil)
+}
 
-func loadLlama(f *File, start, end int) (*ovrt.Weights, error) {
+// loadLlama loads a layer range; release, if not nil, is told the byte
+// ranges of tensors that were converted into private copies.
+func loadLlama(f *File, start, end int, release func(off, n int)) (*ovrt.Weights, error) {
 	c, err := ReadLlamaConfig(f)
 	if err != nil {
 		return nil, err
@@ -402,7 +395,7 @@ func loadLlama(f *File, start, end int) (*ovrt.Weights, error) {
 		return nil, fmt.Errorf("%w: [%d, %d) of a %d-layer model", ErrLayerRange, start, end, c.Layers)
 	}
 	w := &ovrt.Weights{Config: c, Start: start, End: end, Layers: make([]ovrt.Layer, end-start)}
-	l := loader{f: f}
+	l := loader{f: f, release: release}
 	if w.HasEmbed() {
 		w.Embed = l.matrix(nameEmbed, c.Vocab, c.Dim)
 	}
@@ -441,11 +434,13 @@ func loadLlama(f *File, start, end int) (*ovrt.Weights, error) {
 
 // loader reads tensors, keeping the first error.
 type loader struct {
-	f   *File
-	err error
+	f       *File
+	release func(off, n int)
+	err     error
 }
 
-// shape returns the tensor's dims without trailing 1s beyond want.
+// tensor looks name up and checks its dims (ignoring trailing 1s beyond
+// the rank of want) against want.
 func (l *loader) tensor(name string, want ...uint64) (TensorInfo, bool) {
 	if l.err != nil {
 		return TensorInfo{}, false
@@ -487,6 +482,9 @@ func (l *loader) f32(t *TensorInfo) []float32 {
 	v, err := l.f.tensorF32(t)
 	if err != nil {
 		l.err = err
+	}
+	if l.release != nil && l.f.mem != nil {
+		l.release(int(t.Offset), int(t.Size))
 	}
 	return v
 }
@@ -687,13 +685,16 @@ func WriteLlamaFile(path, name string, weights *ovrt.Weights, vocab Vocab) (err 
 	return os.Rename(tmp.Name(), path)
 }
 
-// openModel parses the file at path for LoadLlama. Until a memory-mapping
-// package is available it reads through the open file: LoadLlama then
-// copies only the tensors of the requested layer range into memory.
-func openModel(path string) (*File, io.Closer, error) {
-	f, err := Open(path)
+// openModel memory-maps and parses the file at path for LoadLlama.
+func openModel(path string) (*File, *mmapfile.File, error) {
+	m, err := mmapfile.Open(path)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("gguf: %w", err)
 	}
-	return f, f, nil
+	f, err := ParseBytes(m.Bytes())
+	if err != nil {
+		m.Close()
+		return nil, nil, fmt.Errorf("%w (file %s)", err, path)
+	}
+	return f, m, nil
 }

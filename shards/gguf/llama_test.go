@@ -222,7 +222,7 @@ func TestLoadLlamaUnsupportedType(t *testing.T) {
 
 	// A well-shaped k-quant needs 256-wide rows: a model with dim 256.
 	c2 := tinyConfig()
-	c2.Dim, c2.HiddenDim = 256, 256
+	c2.Dim, c2.HiddenDim, c2.HeadDim = 256, 256, 64
 	w2 := synthModel(5, c2, allOf(ovrt.F32))
 	f2 := parseFile(t, writeModel(t, w2, synthVocab(c2.Vocab)))
 	b2 := rewrite(t, f2, nil, func(ti TensorInfo, data []byte) (GGMLType, []uint64, []byte, bool) {
@@ -340,7 +340,7 @@ func TestLoadLlamaShapeMismatch(t *testing.T) {
 
 func TestRopeScalingLlama3(t *testing.T) {
 	c := tinyConfig()
-	c.Dim, c.Heads, c.KVHeads = 256, 4, 2 // head size 64, as Llama 3.2 1B
+	c.Dim, c.Heads, c.KVHeads, c.HeadDim = 256, 4, 2, 64 // head size 64, as Llama 3.2 1B
 	c.RopeTheta = 500000
 	c.Context = 1024
 	c.RopeScaling = &ovrt.RopeScaling{Type: "llama3", Factor: 32, LowFreqFactor: 1, HighFreqFactor: 4, OriginalContext: 8192}
