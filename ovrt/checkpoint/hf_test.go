@@ -26,10 +26,9 @@ func rawTensor(t *testing.T, path, name string) ([]float32, []int) {
 	}
 	n := binary.LittleEndian.Uint64(b)
 	var hdr map[string]struct {
-		DType       string  `json:"dtype"`
-		Shape       []int   `json:"shape"`
-		DataOffsets [2]int  `json:"data_offsets"`
-		Ignored     float64 `json:"-"`
+		DType       string `json:"dtype"`
+		Shape       []int  `json:"shape"`
+		DataOffsets [2]int `json:"data_offsets"`
 	}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(b[8:8+n], &raw); err != nil {
@@ -244,7 +243,9 @@ func TestHFFromStories15M(t *testing.T) {
 		w.Close()
 
 		// A layer range opens only the shards holding its tensors.
-		var idx struct{ WeightMap map[string]string `json:"weight_map"` }
+		var idx struct {
+			WeightMap map[string]string `json:"weight_map"`
+		}
 		b, _ := os.ReadFile(filepath.Join(dir, "model.safetensors.index.json"))
 		json.Unmarshal(b, &idx)
 		keep := map[string]bool{}
