@@ -190,19 +190,21 @@ func (s *Store) Remove(ctx context.Context, c cid.Cid) error {
 	if !s.isRoot(c) {
 		return fmt.Errorf("%w: %s", ErrUnknownRoot, c)
 	}
-	// Everything still referenced by the other roots stays. If that set
-	// cannot be computed in full, delete nothing.
-	live := make(map[cid.Cid]struct{})
+	// Every block still used by another root stays (keyed by multihash, as
+	// on disk). Below a missing or corrupt internal node of another root
+	// nothing can be seen; those blocks are unreadable until that file is
+	// re-added, which rewrites them all, so they need no protection.
+	live := make(map[string]struct{})
 	for _, r := range s.List() {
 		if r.Equals(c) {
 			continue
 		}
-		ls, err := s.links(ctx, r, true)
-		if err != nil {
-			return fmt.Errorf("blockstore: remove %s: cannot list the blocks of %s, which stays: %w", c, r, err)
+		ls, err := s.links(ctx, r, false)
+		if err != nil && !errors.Is(err, ErrNotFile) {
+			return fmt.Errorf("blockstore: remove %s: list the blocks of %s: %w", c, r, err)
 		}
 		for _, l := range ls {
-			live[l] = struct{}{}
+			live[string(l.Hash())] = struct{}{}
 		}
 	}
 	ls, err := s.links(ctx, c, false)
@@ -211,8 +213,8 @@ func (s *Store) Remove(ctx context.Context, c cid.Cid) error {
 	}
 	var doomed []cid.Cid
 	for _, l := range ls {
-		if _, ok := live[l]; !ok {
-			live[l] = struct{}{} // delete once
+		if _, ok := live[string(l.Hash())]; !ok {
+			live[string(l.Hash())] = struct{}{} // delete once
 			doomed = append(doomed, l)
 		}
 	}

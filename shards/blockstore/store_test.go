@@ -426,6 +426,9 @@ func TestMissingInternalNode(t *testing.T) {
 	// 174 leaves fill one internal node; one more makes a second level.
 	data := gen(MaxLinks*ChunkSize + 1)
 	c := add(t, s, data)
+	if want := kuboVectors[len(kuboVectors)-1]; c.String() != want.cid {
+		t.Fatalf("AddFile = %s, kubo prints %s for %s", c, want.cid, want.name)
+	}
 	var mid cid.Cid
 	var midStart, midEnd int64
 	err := s.walk(ctx, c, func(b cid.Cid, start, end int64) error {
@@ -439,6 +442,9 @@ func TestMissingInternalNode(t *testing.T) {
 	}
 	if midStart != 0 || midEnd != MaxLinks*ChunkSize {
 		t.Fatalf("first child of the root holds [%d, %d)", midStart, midEnd)
+	}
+	if want := kuboVectors[len(kuboVectors)-2]; mid.String() != want.cid {
+		t.Fatalf("first child of the root is %s, want %s (%s)", mid, want.cid, want.name)
 	}
 	if err := os.Remove(s.blockPath(mid)); err != nil {
 		t.Fatal(err)
