@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -99,6 +101,9 @@ func rawSafetensors(header string, data []byte) []byte {
 func encode(dtype string, v []float32) []byte {
 	switch dtype {
 	case "F32":
+		if littleEndian && len(v) > 0 {
+			return slices.Clone(unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v)))
+		}
 		b := make([]byte, 4*len(v))
 		for i, x := range v {
 			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
@@ -164,16 +169,20 @@ func hfPermute(w []float32, heads, hd, cols int) []float32 {
 
 // hfTensors returns the tensors of whole-model weights w as a Hugging Face
 // checkpoint stores them (Q/K permuted to rotate-half), in dtype, with
-// transform applied to every value. The head is omitted when tied.
+// transform (if not nil) applied to every value. The head is omitted when
+// tied.
 func hfTensors(w *ovrt.Weights, dtype string, transform func(float32) float32) []stTensor {
 	c := w.Config
 	var ts []stTensor
 	add := func(name string, v []float32, shape ...int64) {
-		vv := make([]float32, len(v))
-		for i, x := range v {
-			vv[i] = transform(x)
+		if transform != nil {
+			vv := make([]float32, len(v))
+			for i, x := range v {
+				vv[i] = transform(x)
+			}
+			v = vv
 		}
-		ts = append(ts, stTensor{name, dtype, shape, encode(dtype, vv)})
+		ts = append(ts, stTensor{name, dtype, shape, encode(dtype, v)})
 	}
 	d, h, q, kv := int64(c.Dim), int64(c.HiddenDim), int64(c.QDim()), int64(c.KVDim())
 	add(hfEmbed, w.Embed.F32, int64(c.Vocab), d)
@@ -275,7 +284,8 @@ func wantErr(t testing.TB, err error, targets []error, mentions ...string) {
 	}
 }
 
-// equalWeights compares two loads of the same model value by value.
+// equalWeights compares two loads of the same model value by value: got
+// must hold value(x) for each x of want (exactly x when value is nil).
 func equalWeights(t *testing.T, got, want *ovrt.Weights, value func(float32) float32) {
 	t.Helper()
 	if !sameConfig(got.Config, want.Config) {
@@ -288,6 +298,12 @@ func equalWeights(t *testing.T, got, want *ovrt.Weights, value func(float32) flo
 		t.Helper()
 		if len(g) != len(w) {
 			t.Fatalf("%s: %d values, want %d", name, len(g), len(w))
+		}
+		if value == nil {
+			if !equalFloats(g, w) {
+				t.Fatalf("%s differs", name)
+			}
+			return
 		}
 		for i := range g {
 			if math.Float32bits(g[i]) != math.Float32bits(value(w[i])) {
@@ -315,6 +331,17 @@ func equalWeights(t *testing.T, got, want *ovrt.Weights, value func(float32) flo
 		vec("final norm", got.FinalNorm, want.FinalNorm)
 		vec("head", got.Head.F32, want.Head.F32)
 	}
+}
+
+// equalFloats compares bit patterns.
+func equalFloats(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	if len(a) == 0 {
+		return true
+	}
+	return bytes.Equal(unsafe.Slice((*byte)(unsafe.Pointer(&a[0])), 4*len(a)), unsafe.Slice((*byte)(unsafe.Pointer(&b[0])), 4*len(b)))
 }
 
 func sameConfig(a, b ovrt.Config) bool {

@@ -16,13 +16,19 @@ import (
 	"github.com/pipeshard/pipeshard/ovrt"
 )
 
+var rawFiles = map[string][]byte{}
+
 // rawTensor reads a float32 tensor from a safetensors file with nothing
 // but encoding/json and encoding/binary, as an independent reference.
 func rawTensor(t *testing.T, path, name string) ([]float32, []int) {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
+	b, ok := rawFiles[path]
+	if !ok {
+		var err error
+		if b, err = os.ReadFile(path); err != nil {
+			t.Fatal(err)
+		}
+		rawFiles[path] = b
 	}
 	n := binary.LittleEndian.Uint64(b)
 	var hdr map[string]struct {
@@ -148,7 +154,7 @@ func TestLoadHFOracle(t *testing.T) {
 			if err := s.Validate(); err != nil {
 				t.Error(err)
 			}
-			equalWeights(t, s, sub(w, r[0], end), same)
+			equalWeights(t, s, sub(w, r[0], end), nil)
 			if (s.Embed.F32 != nil) != (r[0] == 0) || (s.Head.F32 != nil) != (end == 4) {
 				t.Errorf("%v: embed %v, head %v", r, s.Embed.F32 != nil, s.Head.F32 != nil)
 			}
@@ -159,18 +165,6 @@ func TestLoadHFOracle(t *testing.T) {
 			wantErr(t, err, []error{ErrLayerRange}, dir)
 		}
 	})
-}
-
-func equalFloats(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return false
-		}
-	}
-	return true
 }
 
 // writeHF writes a Hugging Face directory for the whole-model weights w.
@@ -211,13 +205,13 @@ func TestHFFromStories15M(t *testing.T) {
 
 	t.Run("F32", func(t *testing.T) {
 		dir := t.TempDir()
-		writeHF(t, dir, ref, "F32", same, 1)
+		writeHF(t, dir, ref, "F32", nil, 1)
 		w, err := LoadHF(dir, 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer w.Close()
-		equalWeights(t, w, ref, same)
+		equalWeights(t, w, ref, nil)
 		if !sameStorage(w.Head.F32, w.Embed.F32) {
 			t.Error("tied head is not the embedding")
 		}
@@ -227,11 +221,11 @@ func TestHFFromStories15M(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		equalWeights(t, s, sub(ref, 4, 6), same)
+		equalWeights(t, s, sub(ref, 4, 6), nil)
 	})
 	t.Run("BF16 sharded", func(t *testing.T) {
 		dir := t.TempDir()
-		writeHF(t, dir, ref, "BF16", same, 4)
+		writeHF(t, dir, ref, "BF16", nil, 4)
 		w, err := LoadHF(dir, 0, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -297,7 +291,7 @@ func TestHFSynthetic(t *testing.T) {
 	for _, dtype := range []string{"F32", "F16", "BF16"} {
 		t.Run(dtype, func(t *testing.T) {
 			dir := t.TempDir()
-			writeHF(t, dir, ref, dtype, same, 1)
+			writeHF(t, dir, ref, dtype, nil, 1)
 			w, err := LoadHF(dir, 0, 0)
 			if err != nil {
 				t.Fatal(err)
@@ -306,7 +300,7 @@ func TestHFSynthetic(t *testing.T) {
 			if w.Config.TiedHead || sameStorage(w.Head.F32, w.Embed.F32) {
 				t.Error("head is tied")
 			}
-			equalWeights(t, w, ref, same)
+			equalWeights(t, w, ref, nil)
 		})
 	}
 	t.Run("misaligned F32", func(t *testing.T) {
@@ -314,13 +308,13 @@ func TestHFSynthetic(t *testing.T) {
 		// alignment: the loader must copy them.
 		dir := t.TempDir()
 		writeFile(t, dir, "config.json", hfConfigJSON(ref.Config))
-		ts := append([]stTensor{{"odd", "F16", []int64{1}, []byte{0, 0x3c}}}, hfTensors(ref, "F32", same)...)
+		ts := append([]stTensor{{"odd", "F16", []int64{1}, []byte{0, 0x3c}}}, hfTensors(ref, "F32", nil)...)
 		writeFile(t, dir, "model.safetensors", safetensorsBytes(ts, nil))
 		w, err := LoadHF(dir, 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		equalWeights(t, w, ref, same)
+		equalWeights(t, w, ref, nil)
 		if w.Closer != nil {
 			t.Errorf("every tensor was copied, yet Closer is %T", w.Closer)
 		}
@@ -328,7 +322,7 @@ func TestHFSynthetic(t *testing.T) {
 	})
 	t.Run("tie_word_embeddings wins over lm_head", func(t *testing.T) {
 		dir := t.TempDir()
-		writeHF(t, dir, ref, "F32", same, 1)
+		writeHF(t, dir, ref, "F32", nil, 1)
 		cfg, _ := os.ReadFile(filepath.Join(dir, "config.json"))
 		writeFile(t, dir, "config.json", editJSON(cfg, func(m map[string]any) { m["tie_word_embeddings"] = true }))
 		w, err := LoadHF(dir, 0, 0)
@@ -345,9 +339,9 @@ func TestHFSynthetic(t *testing.T) {
 func TestHFErrors(t *testing.T) {
 	ref := synthetic(t)
 	base := t.TempDir()
-	writeHF(t, base, ref, "F32", same, 1)
+	writeHF(t, base, ref, "F32", nil, 1)
 	baseCfg, _ := os.ReadFile(filepath.Join(base, "config.json"))
-	baseTensors := hfTensors(ref, "F32", same)
+	baseTensors := hfTensors(ref, "F32", nil)
 
 	// mk copies the base directory with edits.
 	mk := func(t *testing.T, cfg func(m map[string]any), tensors func([]stTensor) []stTensor) string {
@@ -494,7 +488,7 @@ func TestHFErrors(t *testing.T) {
 	// Sharded checkpoints.
 	sharded := func(t *testing.T, edit func(wm map[string]string)) string {
 		dir := t.TempDir()
-		writeHF(t, dir, ref, "F32", same, 2)
+		writeHF(t, dir, ref, "F32", nil, 2)
 		p := filepath.Join(dir, "model.safetensors.index.json")
 		var idx struct {
 			WeightMap map[string]string `json:"weight_map"`
@@ -538,7 +532,7 @@ func TestHFErrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		equalWeights(t, w, ref, same)
+		equalWeights(t, w, ref, nil)
 		if _, ok := w.Closer.(multiCloser); !ok {
 			t.Errorf("Closer is %T, want both shards kept", w.Closer)
 		}
