@@ -72,7 +72,7 @@ type Layout struct {
 type ShardRef struct {
 	CID    string `json:"cid"`
 	Layers [2]int `json:"layers"`
-	Head   [2]int `json:"head,omitempty"` // head rows; absent: the whole head if it ends at the last layer
+	Head   []int  `json:"head,omitempty"` // head rows [lo, hi); absent: the whole head if it ends at the last layer
 	Quant  string `json:"quant"`
 	Bytes  int64  `json:"bytes"`
 	Work   Work   `json:"work"` // per token
@@ -80,7 +80,11 @@ type ShardRef struct {
 
 // Stage returns the shard's part of the model.
 func (r ShardRef) Stage() Stage {
-	return Stage{Start: r.Layers[0], End: r.Layers[1], HeadLo: r.Head[0], HeadHi: r.Head[1]}
+	s := Stage{Start: r.Layers[0], End: r.Layers[1]}
+	if len(r.Head) == 2 {
+		s.HeadLo, s.HeadHi = r.Head[0], r.Head[1]
+	}
+	return s
 }
 
 // ParseManifest decodes and checks a manifest.
@@ -131,6 +135,9 @@ func (m *Manifest) Validate() error {
 		}
 		spec := ""
 		for j, s := range l.Shards {
+			if s.Head != nil && len(s.Head) != 2 {
+				return bad("layout %d shard %d: head %v is not [lo, hi)", i, j, s.Head)
+			}
 			if _, err := cid.Decode(s.CID); err != nil {
 				return bad("layout %d shard %d: cid %q: %v", i, j, s.CID, err)
 			}

@@ -269,7 +269,7 @@ func (s *Store) addLayout(ctx context.Context, m *Manifest, w *ovrt.Weights, sta
 		}
 		ref := ShardRef{CID: c.String(), Layers: [2]int{st.Start, st.End}, Quant: h.Quant, Bytes: h.Size(), Work: cs.Work(st)}
 		if st.HeadHi != 0 {
-			ref.Head = [2]int{st.HeadLo, st.HeadHi}
+			ref.Head = []int{st.HeadLo, st.HeadHi}
 		}
 		l.Shards = append(l.Shards, ref)
 	}

@@ -116,13 +116,28 @@ func (c *Command) exec(ctx context.Context, env *Env, args []string, path string
 	if c.Flags != nil {
 		c.Flags(fs)
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			c.help(env.Stdout, path)
-			return err
+	// Flags may stand before, between or after the arguments.
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				c.help(env.Stdout, path)
+				return err
+			}
+			return usagef("%v (see %s --help)", err, path)
 		}
-		return usagef("%v (see %s --help)", err, path)
+		args = fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		if args[0] == "--" {
+			positional = append(positional, args[1:]...)
+			break
+		}
+		positional = append(positional, args[0])
+		args = args[1:]
 	}
+	fs.Parse(append([]string{"--"}, positional...))
 	if err := applyEnv(fs); err != nil {
 		return err
 	}

@@ -12,9 +12,11 @@ import (
 	"strings"
 
 	"github.com/pipeshard/pipeshard/internal/generate"
+	"github.com/pipeshard/pipeshard/internal/models"
 	"github.com/pipeshard/pipeshard/ovrt"
 	"github.com/pipeshard/pipeshard/ovrt/sample"
 	"github.com/pipeshard/pipeshard/ovrt/tokenizer"
+	"github.com/pipeshard/pipeshard/shards"
 )
 
 func init() {
@@ -38,6 +40,7 @@ llama2.c checkpoint (its tokenizer.bin beside it), a Hugging Face directory
 // genFlags declares the generation flags shared by run and swarm generate.
 func genFlags(fs *flag.FlagSet) {
 	fs.String("model", "", "model: a file or directory, a known name (stories15M) or a model CID")
+	fs.String("shards", "", "run these stored shards, chained in order (CID,CID,...)")
 	fs.String("tokenizer", "", "tokenizer file (default: tokenizer.bin beside the model)")
 	fs.String("prompt", "", "prompt text")
 	fs.String("prompt-ids", "", "prompt as comma-separated token ids (no BOS is added)")
@@ -64,12 +67,12 @@ type genRequest struct {
 
 // parseGen reads the generation flags. vocab and bos/eos describe the
 // model; tokenizerPath may be "" when none is known.
-func parseGen(fs *flag.FlagSet, cfg ovrt.Config, tokenizerPath string) (*genRequest, error) {
-	g := &genRequest{json: flagBool(fs, "json"), logitsOut: flagString(fs, "logits-out")}
+func parseGen(fs *flag.FlagSet, cfg ovrt.Config, tokenizerPath string, tok *tokenizer.Tokenizer) (*genRequest, error) {
+	g := &genRequest{json: flagBool(fs, "json"), logitsOut: flagString(fs, "logits-out"), tok: tok}
 	if p := flagString(fs, "tokenizer"); p != "" {
 		tokenizerPath = p
 	}
-	if tokenizerPath != "" {
+	if tokenizerPath != "" && g.tok == nil {
 		if _, err := os.Stat(tokenizerPath); err == nil || flagString(fs, "tokenizer") != "" {
 			t, err := tokenizer.LoadFor(tokenizerPath, cfg.Vocab)
 			if err != nil {
@@ -125,20 +128,37 @@ func runLocal(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	src := flagString(fs, "model")
-	if src == "" {
+	src, shardList := flagString(fs, "model"), flagString(fs, "shards")
+	if src == "" && shardList == "" {
 		return usagef("--model is required")
 	}
 	quant, err := ovrt.ParseDType(flagString(fs, "quant"))
 	if err != nil {
 		return usagef("%v", err)
 	}
-	lm, err := openModel(ctx, env, src, quant, flagInt(fs, "threads"))
+	var lm *loadedModel
+	if shardList != "" {
+		lm, err = openShardList(ctx, src, shardList, quant, flagInt(fs, "threads"))
+	} else {
+		lm, err = openModel(ctx, env, src, quant, flagInt(fs, "threads"))
+	}
 	if err != nil {
 		return err
 	}
 	defer lm.Close()
-	g, err := parseGen(fs, lm.cfg, lm.tokenizer)
+	var tok *tokenizer.Tokenizer
+	if lm.manifest != nil && lm.manifest.Tokenizer.CID != "" && flagString(fs, "tokenizer") == "" {
+		st, err := shards.Open(models.Home())
+		if err != nil {
+			return err
+		}
+		tok, err = st.Tokenizer(ctx, lm.manifest)
+		st.Close()
+		if err != nil {
+			return err
+		}
+	}
+	g, err := parseGen(fs, lm.cfg, lm.tokenizer, tok)
 	if err != nil {
 		return err
 	}
