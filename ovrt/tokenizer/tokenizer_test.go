@@ -646,11 +646,9 @@ func TestEncodeLong(t *testing.T) {
 			start := time.Now()
 			ids := tok.Encode(text, true)
 			el := time.Since(start)
-			limit := time.Second
-			if raceEnabled {
-				limit *= 10
-			}
-			if el > limit {
+			// The bound is only enforced without instrumentation, which
+			// slows the heap operations tenfold or more.
+			if !raceEnabled && testing.CoverMode() == "" && el > time.Second {
 				t.Errorf("encoding %d bytes took %v", len(text), el)
 			}
 			t.Logf("%d bytes -> %d tokens in %v", len(text), len(ids), el)
