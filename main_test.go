@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
@@ -42,6 +43,7 @@ func TestScripts(t *testing.T) {
 			"truncate-copy": truncateCopy,
 			"size-is":       sizeIs,
 			"cmp-ids":       cmpIDs,
+			"jsonfield":     jsonField,
 		},
 	})
 }
@@ -77,4 +79,30 @@ func cmpIDs(ts *testscript.TestScript, neg bool, args []string) {
 	if a, b := ids(args[0]), ids(args[1]); (a == b) == neg {
 		ts.Fatalf("ids differ: %s vs %s", a, b)
 	}
+}
+
+// jsonfield FILE PATH VAR sets $VAR to the JSON value at the dotted PATH
+// (numbers index arrays) of FILE (or stdout).
+func jsonField(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 3 {
+		ts.Fatalf("usage: jsonfield file path var")
+	}
+	var v any
+	ts.Check(json.Unmarshal([]byte(ts.ReadFile(args[0])), &v))
+	for _, k := range strings.Split(args[1], ".") {
+		switch x := v.(type) {
+		case map[string]any:
+			v = x[k]
+		case []any:
+			i, err := strconv.Atoi(k)
+			ts.Check(err)
+			if i >= len(x) {
+				ts.Fatalf("%s: index %d of %d", args[1], i, len(x))
+			}
+			v = x[i]
+		default:
+			ts.Fatalf("%s: cannot index %T with %q", args[1], v, k)
+		}
+	}
+	ts.Setenv(args[2], fmt.Sprint(v))
 }
