@@ -56,6 +56,13 @@ type BlockError struct {
 
 func (e *BlockError) Error() string {
 	s := fmt.Sprintf("%v %s", e.Err, e.Block)
+	if e.Root.Defined() && e.Root.Equals(e.Block) {
+		s += " (the file's root)"
+		if e.Cause != nil {
+			s += ": " + e.Cause.Error()
+		}
+		return s
+	}
 	switch {
 	case e.Start >= 0 && e.End >= 0:
 		s += fmt.Sprintf(" (file bytes [%d, %d)", e.Start, e.End)
