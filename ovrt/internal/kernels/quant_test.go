@@ -47,7 +47,7 @@ func TestQuantizeQ8_0Known(t *testing.T) {
 		want []byte
 	}{
 		{"zeros", fill(32, 0), blockQ8(0)},
-		{"ones", fill(32, 1), blockQ8(0x2008, rep(127)...)},    // d = 1/127
+		{"ones", fill(32, 1), blockQ8(0x2008, rep(127)...)}, // d = 1/127
 		{"minus ones", fill(32, -1), blockQ8(0x2008, rep(-127)...)},
 		{"one large", large, blockQ8(0x47e0, qLarge...)}, // d = 1000/127
 		{"halves", half, blockQ8(0x2008, qHalf...)},

@@ -117,8 +117,8 @@ func TestF16Table(t *testing.T) {
 		{8.940697e-08, 0x0002},    // 1.5 units: tie, rounds to even (2)
 		{1e-10, 0x0000},
 		{-1e-10, 0x8000},
-		{1 + 1.0/2048, 0x3c00},             // tie, even
-		{1 + 3.0/2048, 0x3c02},             // tie, even
+		{1 + 1.0/2048, 0x3c00},               // tie, even
+		{1 + 3.0/2048, 0x3c02},               // tie, even
 		{1 + 1.0/2048 + 1.0/(1<<20), 0x3c01}, // above the tie
 		{inf, 0x7c00},
 		{-inf, 0xfc00},

@@ -213,16 +213,19 @@ func yr(n int) string { return fmt.Sprintf("Y%d", n) }
 // General-purpose register plan (identical in every kernel):
 //
 //	AX   out, at row 0 of the current group, token 0
-//	R13  outStride in bytes;  R14 = 3*R13
+//	R13  outStride in bytes
+//	R14  F32: 3*R13.  Q8_0/Q4_0: &f16Table[0] (3*R13 is put in CX for
+//	     the stores, after the column loop)
 //	SI   w, at the first row of the current group
 //	BX   bytes per weight row; R9 = 3*BX
 //	R8   w cursor for rows 0-3 of the group, R10 for rows 4-7
 //	DI   x cursor, token 0
 //	R11  xStride in bytes;    R12 = 3*R11
 //	CX   column loop counter
-//	DX   rows left
+//	DX   scratch: the f16 scale bits of a block, as a table index
 //
-// Row r of the group is at R8/R10 + (r%4)*BX, token t at DI + t*R11.
+// The rows left to do live in the frame (left-8(SP)). Row r of the group
+// is at R8/R10 + (r%4)*BX, token t at DI + t*R11.
 
 func wAddr(r, disp int) string {
 	base := "R8"
@@ -238,9 +241,18 @@ func xAddr(t, disp int) string {
 	return fmt.Sprintf("%d(DI)%s", disp, idx)
 }
 
-func outAddr(t, disp int) string {
-	idx := [...]string{"", "(R13*1)", "(R13*2)", "(R14*1)"}[t]
+// outAddr addresses out for token t; os3 is the register holding 3*R13.
+func outAddr(t, disp int, os3 string) string {
+	idx := [...]string{"", "(R13*1)", "(R13*2)", "(" + os3 + "*1)"}[t]
 	return fmt.Sprintf("%d(AX)%s", disp, idx)
+}
+
+// os3 names the register holding 3*outStride bytes at store time.
+func (g *gen) os3() string {
+	if g.f == fmtF32 {
+		return "R14"
+	}
+	return "CX"
 }
 
 func (g *gen) function() {
@@ -249,11 +261,15 @@ func (g *gen) function() {
 	}
 	fmt.Fprintf(g.buf, "\n// func %s(out *float32, outStride int, w *%s, cols int, x *float32, xStride int, nrows int)\n",
 		g.name(), map[bool]string{true: "float32", false: "byte"}[g.f == fmtF32])
-	fmt.Fprintf(g.buf, "TEXT ·%s(SB), NOSPLIT, $0-56\n", g.name())
+	fmt.Fprintf(g.buf, "TEXT ·%s(SB), NOSPLIT, $8-56\n", g.name())
 	g.ins("MOVQ out+0(FP), AX")
 	g.ins("MOVQ outStride+8(FP), R13")
 	g.ins("SHLQ $2, R13")
-	g.ins("LEAQ (R13)(R13*2), R14")
+	if g.f == fmtF32 {
+		g.ins("LEAQ (R13)(R13*2), R14")
+	} else {
+		g.ins("MOVQ ·f16Table(SB), R14")
+	}
 	g.ins("MOVQ w+16(FP), SI")
 	g.ins("MOVQ cols+24(FP), BX")
 	if g.f == fmtF32 {
@@ -267,21 +283,22 @@ func (g *gen) function() {
 	g.ins("SHLQ $2, R11")
 	g.ins("LEAQ (R11)(R11*2), R12")
 	g.ins("MOVQ nrows+48(FP), DX")
+	g.ins("MOVQ DX, left-8(SP)")
 	if g.R > 1 {
 		g.ins("CMPQ DX, $%d", g.R)
 		g.ins("JLT %s", g.lbl("single"))
 		g.label("group")
 		g.group(g.R, "g")
-		g.ins("CMPQ DX, $%d", g.R)
+		g.ins("CMPQ left-8(SP), $%d", g.R)
 		g.ins("JGE %s", g.lbl("group"))
 		g.label("single")
 	}
-	g.ins("TESTQ DX, DX")
-	g.ins("JZ %s", g.lbl("done"))
+	g.ins("CMPQ left-8(SP), $0")
+	g.ins("JEQ %s", g.lbl("done"))
 	g.label("row")
 	g.group(1, "r")
-	g.ins("TESTQ DX, DX")
-	g.ins("JNZ %s", g.lbl("row"))
+	g.ins("CMPQ left-8(SP), $0")
+	g.ins("JNE %s", g.lbl("row"))
 	g.label("done")
 	g.ins("VZEROUPPER")
 	g.ins("RET")
@@ -309,21 +326,6 @@ func (g *gen) group(R int, pfx string) {
 	nvec := 16 / g.isa.width // registers per 16-lane accumulator
 	ra := &alloc{max: g.isa.nregs, name: g.name()}
 
-	// Quantized kernels broadcast the f16 scale with VPBROADCASTW into a
-	// ymm register; keep those registers below 16 so the VEX (AVX2)
-	// encoding applies and AVX512BW/VL are not needed.
-	nsets := 1
-	var dreg []int
-	if g.f != fmtF32 {
-		// Two register sets for the dequantized block let consecutive
-		// rows overlap; use them when the registers allow it.
-		if g.isa.width == 16 && R*T+2*4+2*T+2 <= g.isa.nregs {
-			nsets = 2
-		}
-		for i := 0; i < nsets; i++ {
-			dreg = append(dreg, ra.take())
-		}
-	}
 	acc := make([][][]int, R)
 	for r := range acc {
 		acc[r] = make([][]int, T)
@@ -343,14 +345,17 @@ func (g *gen) group(R int, pfx string) {
 			}
 		}
 	}
-	mask, bias := -1, -1
+	var q4c q4Consts
 	if g.f == fmtQ4 && g.isa.width == 16 {
-		// Q4_0 nibble mask and bias, loop invariant.
-		mask, bias = ra.take(), ra.take()
-		g.ins("MOVL $15, CX")
-		g.ins("VPBROADCASTD CX, %s", g.v(mask))
-		g.ins("MOVL $8, CX")
-		g.ins("VPBROADCASTD CX, %s", g.v(bias))
+		// Q4_0 constants, loop invariant: the nibble mask, the float
+		// 2^23 bit pattern, and 2^23+8 (see loopQAVX512).
+		q4c = q4Consts{mask: ra.take(), magic: ra.take(), bias: ra.take()}
+		g.ins("MOVL $0x0f, CX")
+		g.ins("VPBROADCASTD CX, %s", g.v(q4c.mask))
+		g.ins("MOVL $0x4b000000, CX")
+		g.ins("VPBROADCASTD CX, %s", g.v(q4c.magic))
+		g.ins("MOVL $0x4b000008, CX")
+		g.ins("VPBROADCASTD CX, %s", g.v(q4c.bias))
 	}
 	g.ins("MOVQ SI, R8")
 	if R > 4 {
@@ -372,10 +377,10 @@ func (g *gen) group(R int, pfx string) {
 	case g.f == fmtF32:
 		g.loopF32AVX2(R, acc, ra)
 	case g.isa.width == 16:
-		g.loopQAVX512(R, acc, ra, dreg, nsets, mask, bias)
+		g.loopQAVX512(R, acc, ra, q4c)
 		step = 128
 	default:
-		g.loopQAVX2(R, acc, ra, dreg)
+		g.loopQAVX2(R, acc, ra)
 		step = 128
 	}
 	wstep := 64
@@ -395,9 +400,6 @@ func (g *gen) group(R int, pfx string) {
 	for n := loopReg; n < g.isa.nregs; n++ {
 		free = append(free, n)
 	}
-	for _, d := range dreg {
-		free = append(free, d)
-	}
 	final := g.reduce(R, acc, free)
 	g.store(R, final, free)
 	if g.f == fmtF32 {
@@ -414,11 +416,7 @@ func (g *gen) group(R int, pfx string) {
 		panic("unsupported R")
 	}
 	g.ins("ADDQ $%d, AX", 4*R)
-	if R == 1 {
-		g.ins("DECQ DX")
-	} else {
-		g.ins("SUBQ $%d, DX", R)
-	}
+	g.ins("SUBQ $%d, left-8(SP)", R)
 }
 
 func (g *gen) zero(n int) {
@@ -488,15 +486,36 @@ func (g *gen) loopF32AVX2(R int, acc [][][]int, ra *alloc) {
 	}
 }
 
+type q4Consts struct{ mask, magic, bias int }
+
+// scale emits the lookup of row r's block scale: DX = its f16 bits, so
+// that (R14)(DX*4) addresses it as a float32 in f16Table. The conversion
+// is exact, like VCVTPH2PS, but costs loads instead of vector operations.
+func (g *gen) scale(r int) string {
+	g.ins("MOVWLZX %s, DX", wAddr(r, 0))
+	return "(R14)(DX*4)"
+}
+
 // loopQAVX512: one iteration covers one 32-weight block. Per row: expand
-// elements 0-15 and 16-31 to float32 (e0, e1), broadcast and convert the
-// f16 scale (d), then per token tmp = e0*x[0:16]; tmp = fma(e1, x[16:32],
-// tmp); acc = fma(tmp, d, acc).
-func (g *gen) loopQAVX512(R int, acc [][][]int, ra *alloc, dreg []int, nsets int, mask, bias int) {
+// elements 0-15 and 16-31 to float32 (e0, e1), look up the f16 scale d,
+// then per token tmp = e0*x[0:16]; tmp = fma(e1, x[16:32], tmp);
+// acc = fma(tmp, d, acc). With one token d is an embedded broadcast
+// operand of the last FMA; with several it is broadcast once.
+//
+// Q4_0 nibbles n become n-8 without a conversion instruction: OR-ing n
+// into the bit pattern of 2^23 gives the float 2^23+n, and subtracting
+// 2^23+8 leaves n-8 exactly. The low nibble is masked and OR-ed by one
+// VPTERNLOGD.
+func (g *gen) loopQAVX512(R int, acc [][][]int, ra *alloc, q4c q4Consts) {
 	type set struct{ d, e0, e1, tmp int }
+	// Two register sets let consecutive rows overlap when registers allow.
+	nsets := 1
+	if ra.next+8+2*g.T <= ra.max {
+		nsets = 2
+	}
 	sets := make([]set, nsets)
 	for i := range sets {
-		sets[i] = set{d: dreg[i], e0: ra.take(), e1: ra.take(), tmp: ra.take()}
+		sets[i] = set{d: ra.take(), e0: ra.take(), e1: ra.take(), tmp: ra.take()}
 	}
 	xl := make([]int, g.T)
 	xh := make([]int, g.T)
@@ -512,21 +531,28 @@ func (g *gen) loopQAVX512(R int, acc [][][]int, ra *alloc, dreg []int, nsets int
 		if g.f == fmtQ8 {
 			g.ins("VPMOVSXBD %s, %s", wAddr(r, 2), g.v(s.e0))
 			g.ins("VPMOVSXBD %s, %s", wAddr(r, 18), g.v(s.e1))
+			g.ins("VCVTDQ2PS %s, %s", g.v(s.e0), g.v(s.e0))
+			g.ins("VCVTDQ2PS %s, %s", g.v(s.e1), g.v(s.e1))
 		} else {
-			g.ins("VPMOVZXBD %s, %s", wAddr(r, 2), g.v(s.e1))
-			g.ins("VPANDD %s, %s, %s", g.v(mask), g.v(s.e1), g.v(s.e0))
-			g.ins("VPSRLD $4, %s, %s", g.v(s.e1), g.v(s.e1))
-			g.ins("VPSUBD %s, %s, %s", g.v(bias), g.v(s.e0), g.v(s.e0))
-			g.ins("VPSUBD %s, %s, %s", g.v(bias), g.v(s.e1), g.v(s.e1))
+			g.ins("VPMOVZXBD %s, %s", wAddr(r, 2), g.v(s.e0))
+			g.ins("VPSRLD $4, %s, %s", g.v(s.e0), g.v(s.e1))
+			g.ins("VPTERNLOGD $0xEA, %s, %s, %s", g.v(q4c.magic), g.v(q4c.mask), g.v(s.e0)) // (e0 & mask) | magic
+			g.ins("VPORD %s, %s, %s", g.v(q4c.magic), g.v(s.e1), g.v(s.e1))
+			g.ins("VSUBPS %s, %s, %s", g.v(q4c.bias), g.v(s.e0), g.v(s.e0))
+			g.ins("VSUBPS %s, %s, %s", g.v(q4c.bias), g.v(s.e1), g.v(s.e1))
 		}
-		g.ins("VCVTDQ2PS %s, %s", g.v(s.e0), g.v(s.e0))
-		g.ins("VCVTDQ2PS %s, %s", g.v(s.e1), g.v(s.e1))
-		g.ins("VPBROADCASTW %s, %s", wAddr(r, 0), yr(s.d))
-		g.ins("VCVTPH2PS %s, %s", yr(s.d), g.v(s.d))
+		d := g.scale(r)
+		if g.T > 1 {
+			g.ins("VBROADCASTSS %s, %s", d, g.v(s.d))
+		}
 		for t := 0; t < g.T; t++ {
 			g.ins("VMULPS %s, %s, %s", g.v(xl[t]), g.v(s.e0), g.v(s.tmp))
 			g.ins("VFMADD231PS %s, %s, %s", g.v(xh[t]), g.v(s.e1), g.v(s.tmp))
-			g.ins("VFMADD231PS %s, %s, %s", g.v(s.tmp), g.v(s.d), g.v(acc[r][t][0]))
+			if g.T == 1 {
+				g.ins("VFMADD231PS.BCST %s, %s, %s", d, g.v(s.tmp), g.v(acc[r][t][0]))
+			} else {
+				g.ins("VFMADD231PS %s, %s, %s", g.v(s.tmp), g.v(s.d), g.v(acc[r][t][0]))
+			}
 		}
 	}
 }
@@ -534,12 +560,10 @@ func (g *gen) loopQAVX512(R int, acc [][][]int, ra *alloc, dreg []int, nsets int
 // loopQAVX2: as loopQAVX512 with the block split in halves: half h holds
 // elements 8h..8h+7 (e0) and 16+8h..16+8h+7 (e1) and feeds accumulator
 // register h. Activations are FMA memory operands.
-func (g *gen) loopQAVX2(R int, acc [][][]int, ra *alloc, dreg []int) {
-	d := dreg[0]
-	e0, e1, tmp := ra.take(), ra.take(), ra.take()
+func (g *gen) loopQAVX2(R int, acc [][][]int, ra *alloc) {
+	d, e0, e1, tmp := ra.take(), ra.take(), ra.take(), ra.take()
 	for r := 0; r < R; r++ {
-		g.ins("VPBROADCASTW %s, %s", wAddr(r, 0), xr(d))
-		g.ins("VCVTPH2PS %s, %s", xr(d), g.v(d))
+		g.ins("VBROADCASTSS %s, %s", g.scale(r), g.v(d))
 		for h := 0; h < 2; h++ {
 			if g.f == fmtQ8 {
 				g.ins("VPMOVSXBD %s, %s", wAddr(r, 2+8*h), g.v(e0))
@@ -737,6 +761,9 @@ func (g *gen) shufps(imm, a, b, dst int) {
 // store writes lanes t*R+r of final to out[t][r].
 func (g *gen) store(R, final int, free []int) {
 	g.comment("store")
+	if g.os3() == "CX" && g.T > 3 {
+		g.ins("LEAQ (R13)(R13*2), CX")
+	}
 	tmp := -1
 	for _, f := range free {
 		if f != final && f < 16 {
@@ -746,13 +773,13 @@ func (g *gen) store(R, final int, free []int) {
 	}
 	for t := 0; t < g.T; t++ {
 		if R == 8 && g.isa.width == 16 {
-			g.ins("VEXTRACTF64X4 $%d, %s, %s", t, g.v(final), outAddr(t, 0))
+			g.ins("VEXTRACTF64X4 $%d, %s, %s", t, g.v(final), outAddr(t, 0, g.os3()))
 			continue
 		}
 		if R%4 == 0 {
 			for j := 0; j < R/4; j++ {
 				L := (t*R + 4*j) / 4
-				g.store128(final, L, outAddr(t, 16*j))
+				g.store128(final, L, outAddr(t, 16*j, g.os3()))
 			}
 			continue
 		}
@@ -765,9 +792,9 @@ func (g *gen) store(R, final int, free []int) {
 				src = tmp
 			}
 			if p == 0 {
-				g.ins("VMOVSS %s, %s", xr(src), outAddr(t, 4*r))
+				g.ins("VMOVSS %s, %s", xr(src), outAddr(t, 4*r, g.os3()))
 			} else {
-				g.ins("VEXTRACTPS $%d, %s, %s", p, xr(src), outAddr(t, 4*r))
+				g.ins("VEXTRACTPS $%d, %s, %s", p, xr(src), outAddr(t, 4*r, g.os3()))
 			}
 		}
 	}
@@ -801,7 +828,7 @@ func (g *gen) tail(R int, pfx string) {
 	for r := range o {
 		for t := 0; t < g.T; t++ {
 			o[r] = append(o[r], n)
-			g.ins("VMOVSS %s, %s", outAddr(t, 4*r), xr(n))
+			g.ins("VMOVSS %s, %s", outAddr(t, 4*r, g.os3()), xr(n))
 			n++
 		}
 	}
@@ -831,7 +858,7 @@ func (g *gen) tail(R int, pfx string) {
 	g.ins("JNZ %s", g.lbl(pfx+"tail"))
 	for r := range o {
 		for t := range o[r] {
-			g.ins("VMOVSS %s, %s", xr(o[r][t]), outAddr(t, 4*r))
+			g.ins("VMOVSS %s, %s", xr(o[r][t]), outAddr(t, 4*r, g.os3()))
 		}
 	}
 	g.label(pfx + "next")
