@@ -168,3 +168,50 @@ func TestTypeNames(t *testing.T) {
 		t.Errorf("value type names")
 	}
 }
+
+// Tensors ovrt would ignore (biases, experts) make LoadLlama refuse the
+// layers that carry them rather than run them wrongly.
+func TestLoadLlamaForeignTensors(t *testing.T) {
+	c := tinyConfig()
+	f := parseFile(t, writeModel(t, synthModel(1, c, allOf(ovrt.F32)), synthVocab(c.Vocab)))
+	add := func(name string, dims ...uint64) string {
+		var buf bytes.Buffer
+		w := NewWriter(&buf)
+		for _, kv := range f.KVs {
+			w.AddKV(kv.Key, kv.Value)
+		}
+		for _, ti := range f.Tensors {
+			w.AddTensor(ti.Name, ti.Type, ti.Dims...)
+		}
+		w.AddTensor(name, TypeF32, dims...)
+		for _, ti := range f.Tensors {
+			data, _ := f.raw(&ti)
+			w.WriteTensor(ti.Name, data)
+		}
+		w.WriteTensorF32(name, make([]float32, dims[0]))
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return writeBytes(t, buf.Bytes())
+	}
+	bias := add("blk.1.attn_q.bias", 64)
+	if _, err := LoadLlama(bias, 0, 0); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "blk.1.attn_q.bias") {
+		t.Errorf("bias: %v", err)
+	}
+	if _, err := LoadLlama(bias, 0, 1); err != nil {
+		t.Errorf("layer 0 has no bias: %v", err)
+	}
+	if _, err := LoadLlama(add("blk.7.attn_q.weight", 64), 0, 0); !errors.Is(err, ErrMalformed) {
+		t.Errorf("block 7 of 2: %v", err)
+	}
+	if _, err := LoadLlama(add("token_embd_norm.weight", 64), 1, 2); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("unknown global tensor: %v", err)
+	}
+	if _, err := LoadLlama(add("blk.0.attn_rot_embd", 64), 0, 0); err != nil {
+		t.Errorf("legacy attn_rot_embd: %v", err)
+	}
+	moe := editKVs(t, f, map[string]any{"llama.expert_count": uint32(8)})
+	if _, err := ReadLlamaConfig(moe); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "expert") {
+		t.Errorf("mixture of experts: %v", err)
+	}
+}

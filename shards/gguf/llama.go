@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/pipeshard/pipeshard/internal/mmapfile"
 	"github.com/pipeshard/pipeshard/ovrt"
@@ -144,6 +145,16 @@ func ReadLlamaConfig(f *File) (ovrt.Config, error) {
 
 	_, err = f.Tensor(nameHead)
 	c.TiedHead = err != nil
+
+	if f.Has("llama.expert_count") {
+		n, err := f.Uint("llama.expert_count")
+		if err != nil {
+			return c, err
+		}
+		if n > 0 {
+			return c, fmt.Errorf("%w: a mixture of %d experts (llama.expert_count)", ErrUnsupported, n)
+		}
+	}
 
 	if c.RopeScaling, err = readRopeScaling(f, c); err != nil {
 		return c, err
@@ -394,6 +405,9 @@ func loadLlama(f *File, start, end int, release func(off, n int)) (*ovrt.Weights
 	if start < 0 || start >= end || end > c.Layers {
 		return nil, fmt.Errorf("%w: [%d, %d) of a %d-layer model", ErrLayerRange, start, end, c.Layers)
 	}
+	if err := checkTensorSet(f, start, end, c.Layers); err != nil {
+		return nil, err
+	}
 	w := &ovrt.Weights{Config: c, Start: start, End: end, Layers: make([]ovrt.Layer, end-start)}
 	l := loader{f: f, release: release}
 	if w.HasEmbed() {
@@ -430,6 +444,40 @@ func loadLlama(f *File, start, end int, release func(off, n int)) (*ovrt.Weights
 		return nil, fmt.Errorf("gguf: %w", err)
 	}
 	return w, nil
+}
+
+// layerTensors are the per-block tensors of the llama architecture that
+// ovrt runs (attn_rot_embd, a legacy leftover llama.cpp ignores too, is
+// skipped).
+var layerTensors = map[string]bool{
+	"attn_norm.weight": true, "attn_q.weight": true, "attn_k.weight": true, "attn_v.weight": true,
+	"attn_output.weight": true, "ffn_norm.weight": true, "ffn_gate.weight": true, "ffn_down.weight": true,
+	"ffn_up.weight": true, "attn_rot_embd": true,
+}
+
+// checkTensorSet refuses files whose loaded layers (or global tensors)
+// carry tensors ovrt would silently ignore, such as attention biases or
+// expert weights, which llama.cpp uses: the model would run, wrongly.
+func checkTensorSet(f *File, start, end, layers int) error {
+	for _, t := range f.Tensors {
+		var n int
+		var rest string
+		if k, err := fmt.Sscanf(t.Name, "blk.%d.%s", &n, &rest); err == nil && k == 2 {
+			if n < 0 || n >= layers {
+				return fmt.Errorf("%w: tensor %q of a %d-layer model", ErrMalformed, t.Name, layers)
+			}
+			if n >= start && n < end && !layerTensors[rest] && !layerTensors[strings.TrimSuffix(rest, ".weight")] {
+				return fmt.Errorf("%w: tensor %q is not part of the llama blocks pipeshard runs", ErrUnsupported, t.Name)
+			}
+			continue
+		}
+		switch t.Name {
+		case nameEmbed, nameFinalNorm, nameHead, nameRopeFreqs:
+		default:
+			return fmt.Errorf("%w: tensor %q is not part of the llama architecture pipeshard runs", ErrUnsupported, t.Name)
+		}
+	}
+	return nil
 }
 
 // loader reads tensors, keeping the first error.
