@@ -104,6 +104,9 @@ func (s *Store) Dir() string { return s.dir }
 // that is already there is rewritten, which repairs it).
 func (s *Store) Blockstore() bstore.Blockstore { return s.verified }
 
+// errUndefined is returned for cid.Undef.
+var errUndefined = errors.New("blockstore: undefined CID")
+
 func (s *Store) isClosed() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -153,6 +156,9 @@ func CIDContext(ctx context.Context, r io.Reader) (cid.Cid, error) {
 func (s *Store) Open(ctx context.Context, c cid.Cid) (io.ReadSeekCloser, int64, error) {
 	if s.isClosed() {
 		return nil, 0, ErrClosed
+	}
+	if !c.Defined() {
+		return nil, 0, errUndefined
 	}
 	return s.openFile(ctx, c)
 }

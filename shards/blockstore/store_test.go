@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	bstore "github.com/ipfs/boxo/blockstore"
@@ -526,4 +529,135 @@ func mustBlock(t *testing.T, data []byte, c cid.Cid) blocks.Block {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// genReader streams the bytes of gen(n) without holding them.
+type genReader struct {
+	x    uint64
+	left int64
+	buf  [8]byte
+	nbuf int // unread bytes at the end of buf
+}
+
+func newGenReader(n int64) *genReader { return &genReader{left: n} }
+
+func (g *genReader) Read(p []byte) (int, error) {
+	if g.left == 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > g.left {
+		p = p[:g.left]
+	}
+	n := 0
+	for n < len(p) {
+		if g.nbuf == 0 {
+			g.x += 0x9e3779b97f4a7c15
+			z := g.x
+			z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+			z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+			z ^= z >> 31
+			binary.LittleEndian.PutUint64(g.buf[:], z)
+			g.nbuf = 8
+		}
+		c := copy(p[n:], g.buf[8-g.nbuf:])
+		g.nbuf -= c
+		n += c
+	}
+	g.left -= int64(n)
+	return n, nil
+}
+
+func TestGenReader(t *testing.T) {
+	const n = 3*ChunkSize + 5
+	got, err := io.ReadAll(io.LimitReader(newGenReader(n), n))
+	if err != nil || !bytes.Equal(got, gen(n)) {
+		t.Fatal("genReader differs from gen")
+	}
+}
+
+// TestCIDMemory checks that CID streams: hashing 256 MiB keeps the heap
+// far below the file size. The root is also a kubo vector.
+func TestCIDMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("hashes 256 MiB")
+	}
+	const size = 256 << 20
+	r := &heapSampler{r: newGenReader(size)}
+	c, err := CID(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("CID %s, peak live heap %d MiB over %d reads", c, r.peak>>20, r.reads)
+	if c.String() != kuboGen256MiB {
+		t.Errorf("CID = %s, kubo prints %s", c, kuboGen256MiB)
+	}
+	if r.peak == 0 || r.peak > 32<<20 {
+		t.Fatalf("peak live heap %d MiB while hashing a %d MiB stream", r.peak>>20, size>>20)
+	}
+}
+
+// heapSampler samples the live heap every 64 reads.
+type heapSampler struct {
+	r     io.Reader
+	reads int
+	peak  uint64
+}
+
+func (h *heapSampler) Read(p []byte) (int, error) {
+	h.reads++
+	if h.reads%64 == 0 {
+		runtime.GC() // count what is kept, not garbage
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		h.peak = max(h.peak, ms.HeapAlloc)
+	}
+	return h.r.Read(p)
+}
+
+// TestConcurrent runs imports, reads, verifies and a removal at once (for
+// the race detector).
+func TestConcurrent(t *testing.T) {
+	ctx := context.Background()
+	s := openTemp(t)
+	shared := gen(2 * ChunkSize)
+	victim := add(t, s, append(append([]byte{}, shared...), 1, 2, 3))
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for i := range 4 {
+		wg.Go(func() {
+			data := append(append([]byte{}, shared...), bytes.Repeat([]byte{byte(i)}, ChunkSize+i)...)
+			c, err := s.AddFile(ctx, bytes.NewReader(data), nil)
+			if err != nil {
+				errs <- err
+				return
+			}
+			got, _, err := readAll(ctx, s, c)
+			if err != nil || !bytes.Equal(got, data) {
+				errs <- fmt.Errorf("read back %d: %v", i, err)
+				return
+			}
+			if err := s.Verify(ctx, c); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Go(func() {
+		if err := s.Remove(ctx, victim); err != nil {
+			errs <- err
+		}
+	})
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	// The leaves shared with the removed file survive in every other one.
+	for _, c := range s.List() {
+		if err := s.Verify(ctx, c); err != nil {
+			t.Error(err)
+		}
+	}
+	if n := len(s.List()); n != 4 {
+		t.Errorf("%d roots listed, want 4", n)
+	}
 }

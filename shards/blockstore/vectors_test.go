@@ -47,6 +47,11 @@ var kuboVectors = []struct {
 	{"gen(174*256KiB+1)", func() []byte { return gen(174*262144 + 1) }, "bafybeief7qowfmdjkp2crbqhn6ystowuwin35aionbwn4ybbqbmtvm5c4q"},
 }
 
+// kuboGen256MiB is what the same kubo prints for gen(256 MiB) (1,024
+// leaves under 6 full-or-partial second-level nodes); TestCIDMemory checks
+// it while streaming.
+const kuboGen256MiB = "bafybeiewb2xuaetctgkx5f7ufosnyclwkhhkjxu6wr5c25qt4rxi5ub6uy"
+
 func TestKuboParameters(t *testing.T) {
 	if MaxLinks != helpers.DefaultLinksPerBlock {
 		t.Fatalf("MaxLinks = %d, boxo's default (kubo's Import.UnixFSFileMaxLinks) is %d", MaxLinks, helpers.DefaultLinksPerBlock)

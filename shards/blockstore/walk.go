@@ -28,6 +28,9 @@ func (s *Store) walk(ctx context.Context, root cid.Cid,
 	visit func(c cid.Cid, start, end int64) error,
 	bad func(*BlockError) error,
 ) error {
+	if !root.Defined() {
+		return errUndefined
+	}
 	return s.walkNode(ctx, root, 0, -1, visit, bad)
 }
 
