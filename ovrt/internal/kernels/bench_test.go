@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math/rand"
+	"runtime"
 	"testing"
 )
 
@@ -11,6 +12,10 @@ import (
 // the CPU supports:
 //
 //	go test -run '^$' -bench . ./ovrt/internal/kernels
+//
+// On Linux they also report the benchmark thread's CPU time (cpu-ns/op) and
+// the bandwidth over it (cpu-GB/s), which stay meaningful when other
+// processes compete for the cores (wall time then includes waiting).
 var benchShapes = []struct {
 	rows, cols, ntok int
 }{
@@ -46,19 +51,34 @@ func benchmarkMatMul(b *testing.B, format string) {
 		for _, be := range backends() {
 			name := fmt.Sprintf("%dx%d/ntok=%d/%s", s.rows, s.cols, s.ntok, be.name)
 			b.Run(name, func(b *testing.B) {
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				c0, cpuOK := threadCPUTime()
+				var bytes int
+				defer func() {
+					c1, _ := threadCPUTime()
+					if cpuOK && b.N > 0 {
+						ns := float64(c1-c0) / float64(b.N)
+						b.ReportMetric(ns, "cpu-ns/op")
+						b.ReportMetric(float64(bytes)/ns, "cpu-GB/s")
+					}
+				}()
 				switch format {
 				case "f32":
-					b.SetBytes(int64(len(wf) * 4))
+					bytes = len(wf) * 4
+					b.SetBytes(int64(bytes))
 					for b.Loop() {
 						be.f32(out, s.rows, wf, s.cols, x, s.cols, s.ntok, 0, s.rows)
 					}
 				case "q8":
-					b.SetBytes(int64(len(w8)))
+					bytes = len(w8)
+					b.SetBytes(int64(bytes))
 					for b.Loop() {
 						be.q8(out, s.rows, w8, s.cols, x, s.cols, s.ntok, 0, s.rows)
 					}
 				case "q4":
-					b.SetBytes(int64(len(w4)))
+					bytes = len(w4)
+					b.SetBytes(int64(bytes))
 					for b.Loop() {
 						be.q4(out, s.rows, w4, s.cols, x, s.cols, s.ntok, 0, s.rows)
 					}

@@ -25,9 +25,40 @@ import (
 //   - and a round-to-odd result with at least two extra bits (53 >= 24+2)
 //     rounds to float32 exactly as the exact value would.
 //
+// Most of the time none of this is needed: if s = RN64(p + c) is not a
+// float32 rounding boundary (a midpoint between two adjacent float32 values),
+// then s and the exact sum lie strictly on the same side of every boundary,
+// because boundaries are float64 values and rounding is monotonic, so they
+// round to the same float32. A boundary in the normal float32 range has its
+// 29 low significand bits equal to 1<<28; that is checked first, and only
+// those values, float32-subnormal results and non-finite values take the
+// slow path.
+//
 // No step can be fused or reassociated by the compiler: the conversions are
 // explicit and the remaining operations are additions.
 func fma32(a, b, c float32) float32 {
+	if r, ok := fma32Fast(a, b, c); ok {
+		return r
+	}
+	return fma32Slow(a, b, c)
+}
+
+// fma32Fast is the fast path of fma32; ok is false when the slow path is
+// needed. The hot loops call it directly (fma32 itself is over the
+// inlining budget).
+func fma32Fast(a, b, c float32) (r float32, ok bool) {
+	s := float64(float64(a)*float64(b)) + float64(c)
+	bits := math.Float64bits(s)
+	// exp-897 wraps around below float32's normal range (2^-126).
+	ok = bits&(1<<29-1) != 1<<28 && (bits>>52&0x7ff)-(1023-126) < 0x7ff-(1023-126)
+	return float32(s), ok
+}
+
+// fma32Slow is fma32 by rounding to odd. It is kept out of line so that
+// fma32 inlines.
+//
+//go:noinline
+func fma32Slow(a, b, c float32) float32 {
 	p := float64(float64(a) * float64(b)) // exact
 	cc := float64(c)
 	s := p + cc
@@ -71,7 +102,12 @@ func dotF32(w, x []float32) float32 {
 		wk := w[k : k+16]
 		xk := x[k : k+16]
 		for i := range acc {
-			acc[i] = fma32(wk[i], xk[i], acc[i])
+			// acc[i] = fma32(wk[i], xk[i], acc[i]), expanded so it inlines.
+			r, ok := fma32Fast(wk[i], xk[i], acc[i])
+			if !ok {
+				r = fma32Slow(wk[i], xk[i], acc[i])
+			}
+			acc[i] = r
 		}
 	}
 	s := reduce16(&acc)
@@ -91,9 +127,18 @@ func dotQ8(w []byte, x []float32) float32 {
 		q := blk[2 : 2+QK]
 		xb := x[b*QK : b*QK+QK]
 		for i := range acc {
+			// tmp = e[i]*x[i]; tmp = fma(e[i+16], x[i+16], tmp);
+			// acc = fma(tmp, d, acc), with fma32 expanded so it inlines.
 			t := float32(float32(int8(q[i])) * xb[i])
-			t = fma32(float32(int8(q[i+16])), xb[i+16], t)
-			acc[i] = fma32(t, d, acc[i])
+			t2, ok := fma32Fast(float32(int8(q[i+16])), xb[i+16], t)
+			if !ok {
+				t2 = fma32Slow(float32(int8(q[i+16])), xb[i+16], t)
+			}
+			r, ok := fma32Fast(t2, d, acc[i])
+			if !ok {
+				r = fma32Slow(t2, d, acc[i])
+			}
+			acc[i] = r
 		}
 	}
 	return reduce16(&acc)
@@ -111,9 +156,17 @@ func dotQ4(w []byte, x []float32) float32 {
 		for i := range acc {
 			lo := float32(int(qs[i]&15) - 8)
 			hi := float32(int(qs[i]>>4) - 8)
+			// The same steps as dotQ8, with fma32 expanded.
 			t := float32(lo * xb[i])
-			t = fma32(hi, xb[i+16], t)
-			acc[i] = fma32(t, d, acc[i])
+			t2, ok := fma32Fast(hi, xb[i+16], t)
+			if !ok {
+				t2 = fma32Slow(hi, xb[i+16], t)
+			}
+			r, ok := fma32Fast(t2, d, acc[i])
+			if !ok {
+				r = fma32Slow(t2, d, acc[i])
+			}
+			acc[i] = r
 		}
 	}
 	return reduce16(&acc)
