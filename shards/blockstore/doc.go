@@ -91,6 +91,30 @@
 // without checking for existing blocks first), which repairs a corrupted or
 // lost one.
 //
+// # Speed
+//
+// On the 2-core development VM (shared, so the spread is wide), for 64 MiB
+// (bench_test.go): CID 530-1060 MB/s (SHA-256 with SHA-NI is about a third
+// of that time, boxo's chunker copies most of the rest); AddFile 50-100
+// MB/s, bound by flatfs creating, fsyncing and renaming one file per block (whole
+// imports ran at 55-130 MB/s with fsync on or off alike, though bare flatfs
+// puts without fsync measured 2-5 times faster); Open/Export 200-380
+// MB/s and Verify 235-380 MB/s from the page cache, re-hashing included.
+//
+// # API
+//
+//	Open(dir) (*Store, error)            open or create a store
+//	(*Store).AddFile(ctx, r, progress)   import, store, list; root CID
+//	CID(r), CIDContext(ctx, r)           the same root, storing nothing
+//	(*Store).Open(ctx, c)                io.ReadSeekCloser and size
+//	(*Store).Export(ctx, c, w)           copy the file to w
+//	(*Store).Verify(ctx, c)              re-hash the whole DAG
+//	(*Store).Has(ctx, c)                 every block present?
+//	(*Store).List()                      added roots, oldest first
+//	(*Store).Remove(ctx, c)              unlist and delete unshared blocks
+//	(*Store).Blockstore()                boxo blockstore, for bitswap
+//	(*Store).Close()
+//
 // # Concurrency and lifetime
 //
 // A Store is safe for concurrent use. AddFile runs alongside reads and
@@ -103,4 +127,12 @@
 // that are not part of any listed root (put by bitswap, say) are not
 // tracked: they are neither listed nor protected from Remove if a removed
 // file shares them.
+//
+// # Limits
+//
+// Only what `ipfs add` makes of one file is produced: no directories, no
+// trickle layout, no other chunkers, no inline (identity) CIDs. Blocks left
+// by an interrupted import are not listed and nothing collects them yet.
+// Reading a DAG from another producer works as long as it is a UnixFS file
+// (dag-pb leaves with data are read and verified too).
 package blockstore
