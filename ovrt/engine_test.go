@@ -8,6 +8,7 @@ import (
 
 	"github.com/pipeshard/pipeshard/internal/generate"
 	"github.com/pipeshard/pipeshard/ovrt"
+	"github.com/pipeshard/pipeshard/ovrt/sample"
 )
 
 func bitsEqual(a, b []float32) int {
@@ -149,13 +150,13 @@ func TestShardChainEqualsWhole(t *testing.T) {
 			}
 			chain = append(chain, compile(t, v))
 		}
-		local, err := generate.NewLocal(chain...)
+		local, err := generate.NewLocal(sample.Params{}, chain...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, p := range prompts {
 			want := logitsAll(t, whole, p)
-			got, err := local.Forward(t.Context(), 0, ids32(p), true)
+			got, err := local.Logits(t.Context(), 0, ids32(p), true)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -167,7 +168,7 @@ func TestShardChainEqualsWhole(t *testing.T) {
 	// A chain with a gap is refused.
 	a, _ := w.Slice(0, 3, 0, 0)
 	b, _ := w.Slice(4, 6, 0, 0)
-	if _, err := generate.NewLocal(compile(t, a), compile(t, b)); err == nil {
+	if _, err := generate.NewLocal(sample.Params{}, compile(t, a), compile(t, b)); err == nil {
 		t.Fatal("a chain missing layer 3 was accepted")
 	}
 }

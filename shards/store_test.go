@@ -14,6 +14,7 @@ import (
 	"github.com/pipeshard/pipeshard/internal/testmodel"
 	"github.com/pipeshard/pipeshard/ovrt"
 	"github.com/pipeshard/pipeshard/ovrt/checkpoint"
+	"github.com/pipeshard/pipeshard/ovrt/sample"
 	"github.com/pipeshard/pipeshard/shards"
 	"github.com/pipeshard/pipeshard/shards/blockstore"
 )
@@ -59,14 +60,14 @@ func chain(t testing.TB, s *shards.Store, l shards.Layout) *generate.Local {
 		t.Cleanup(m.Close)
 		ms = append(ms, m)
 	}
-	local, err := generate.NewLocal(ms...)
+	local, err := generate.NewLocal(sample.Params{}, ms...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return local
 }
 
-func greedyIDs(t testing.TB, f generate.Forwarder, n int) []int {
+func greedyIDs(t testing.TB, f generate.Backend, n int) []int {
 	t.Helper()
 	r, err := generate.Run(context.Background(), f, []int{1, 450, 8338, 265}, generate.Options{MaxTokens: n, IgnoreEOS: true, EOS: 2, Context: 256})
 	if err != nil {
@@ -93,7 +94,7 @@ func TestSplitsGenerateLikeTheWholeModel(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(wm.Close)
-		ref, _ := generate.NewLocal(wm)
+		ref, _ := generate.NewLocal(sample.Params{}, wm)
 		want := greedyIDs(t, ref, 40)
 		for _, n := range []int{2, 3} {
 			t.Run(fmt.Sprintf("%v/%d", q, n), func(t *testing.T) {

@@ -60,11 +60,11 @@ func MeasureEngine(ctx context.Context, open Opener, cfg EngineConfig, tokens, p
 	prefillLen = min(prefillLen, c.Context)
 	var dec, pre []float64
 	for range reps {
-		l, err := generate.NewLocal(m)
+		l, err := generate.NewLocal(sample.Params{}, m)
 		if err != nil {
 			return res, err
 		}
-		r, err := generate.Run(ctx, l, []int{c.BOS}, generate.Options{MaxTokens: tokens, IgnoreEOS: true, EOS: c.EOS, Context: c.Context, Sampling: sample.Params{}})
+		r, err := generate.Run(ctx, l, []int{c.BOS}, generate.Options{MaxTokens: tokens, IgnoreEOS: true, EOS: c.EOS, Context: c.Context})
 		if err != nil {
 			return res, err
 		}

@@ -61,6 +61,7 @@ type genRequest struct {
 	promptIDs []int
 	tok       *tokenizer.Tokenizer // nil when none was found
 	opts      generate.Options
+	sampling  sample.Params
 	json      bool
 	logitsOut string
 }
@@ -108,17 +109,18 @@ func parseGen(fs *flag.FlagSet, cfg ovrt.Config, tokenizerPath string, tok *toke
 	if n < 0 {
 		return nil, usagef("-n %d: want a count >= 0", n)
 	}
+	g.sampling = sample.Params{
+		Temp: flagFloat(fs, "temp"), TopP: flagFloat(fs, "top-p"),
+		TopK: flagInt(fs, "top-k"), Seed: fs.Lookup("seed").Value.(flag.Getter).Get().(uint64),
+	}
 	g.opts = generate.Options{
 		MaxTokens: n,
-		Sampling: sample.Params{
-			Temp: flagFloat(fs, "temp"), TopP: flagFloat(fs, "top-p"),
-			TopK: flagInt(fs, "top-k"), Seed: fs.Lookup("seed").Value.(flag.Getter).Get().(uint64),
-		},
+		Seed:      g.sampling.Seed,
 		EOS:       cfg.EOS,
 		IgnoreEOS: flagBool(fs, "ignore-eos"),
 		Context:   cfg.Context,
 	}
-	if err := g.opts.Sampling.Validate(); err != nil {
+	if err := g.sampling.Validate(); err != nil {
 		return nil, usagef("%v", err)
 	}
 	return g, nil
@@ -162,7 +164,7 @@ func runLocal(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 	if err != nil {
 		return err
 	}
-	fwd, err := generate.NewLocal(lm.models...)
+	fwd, err := generate.NewLocal(g.sampling, lm.models...)
 	if err != nil {
 		return err
 	}
@@ -170,7 +172,7 @@ func runLocal(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 }
 
 // run generates and prints; extra adds fields to the JSON output.
-func (g *genRequest) run(ctx context.Context, env *Env, fwd generate.Forwarder, extra map[string]any) error {
+func (g *genRequest) run(ctx context.Context, env *Env, fwd generate.Backend, extra map[string]any) error {
 	var logitsFile *os.File
 	if g.logitsOut != "" {
 		f, err := os.Create(g.logitsOut)

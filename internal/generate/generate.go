@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/pipeshard/pipeshard/ovrt"
@@ -13,25 +14,44 @@ import (
 // ErrPromptTooLong is returned when the prompt does not fit the context.
 var ErrPromptTooLong = errors.New("generate: prompt exceeds the context length")
 
-// Forwarder runs the whole model over tokens at positions pos, pos+1, ...
-// of one sequence and returns logits: of every position when all is set,
-// else of the last one, as rows of vocab floats. A forward at pos drops
-// whatever the sequence held at positions >= pos.
-type Forwarder interface {
-	Forward(ctx context.Context, pos int, ids []int32, all bool) ([]float32, error)
+// Step asks a backend to run IDs at positions Pos, Pos+1, ... of one
+// sequence (dropping whatever it held at positions >= Pos) and to choose
+// the next token after each output row: after the last position, or after
+// every position when All is set. Uniform holds one random number in
+// [0, 1) per row for sampling; greedy settings ignore it.
+type Step struct {
+	Pos     int
+	IDs     []int32
+	All     bool
+	Uniform []float64
+	Logits  bool // also return the rows' logits, if the backend can
+}
+
+// StepResult is a backend's answer: the chosen id per row, and the rows'
+// logits when asked for and available.
+type StepResult struct {
+	Next   []int
+	Logits []float32
+}
+
+// Backend runs the whole model for one sequence: a local model (Local) or
+// a route of remote stages (the swarm client). The same sampling settings
+// apply to every step of a sequence; the backend is told them at creation.
+type Backend interface {
+	Step(ctx context.Context, s Step) (StepResult, error)
 }
 
 // Options control one generation.
 type Options struct {
 	MaxTokens int // tokens to generate
-	Sampling  sample.Params
+	Seed      uint64
 	EOS       int  // stop after this id unless IgnoreEOS; -1 for none
 	IgnoreEOS bool // keep going past EOS
 	Context   int  // the model's context length
 
 	// OnPromptLogits, if set, receives the logits of every prompt position.
 	OnPromptLogits func(logits []float32)
-	// OnToken, if set, receives each generated id as it is sampled.
+	// OnToken, if set, receives each generated id as it is chosen.
 	OnToken func(id int)
 	Now     func() time.Time // clock; time.Now when nil
 }
@@ -57,8 +77,16 @@ func rate(n int, d time.Duration) float64 {
 	return float64(n) / d.Seconds()
 }
 
+// Uniforms returns the random numbers a generation with seed draws for
+// sampling, one per step, in order: local and remote backends sample with
+// the same numbers, so a seed gives the same text everywhere.
+func Uniforms(seed uint64) func() float64 {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	return r.Float64
+}
+
 // Run generates from prompt.
-func Run(ctx context.Context, f Forwarder, prompt []int, o Options) (Result, error) {
+func Run(ctx context.Context, b Backend, prompt []int, o Options) (Result, error) {
 	now := o.Now
 	if now == nil {
 		now = time.Now
@@ -70,32 +98,33 @@ func Run(ctx context.Context, f Forwarder, prompt []int, o Options) (Result, err
 	if o.Context > 0 && len(prompt) > o.Context {
 		return res, fmt.Errorf("%w: %d prompt tokens, context %d", ErrPromptTooLong, len(prompt), o.Context)
 	}
-	smp, err := sample.New(o.Sampling)
-	if err != nil {
-		return res, err
-	}
+	uniform := Uniforms(o.Seed)
 	ids := make([]int32, len(prompt))
 	for i, id := range prompt {
 		ids[i] = int32(id)
 	}
 	t0 := now()
-	all := o.OnPromptLogits != nil
-	logits, err := f.Forward(ctx, 0, ids, all)
+	step := Step{Pos: 0, IDs: ids, Uniform: []float64{uniform()}}
+	if o.OnPromptLogits != nil {
+		step.All, step.Logits = true, true
+		step.Uniform = make([]float64, len(ids))
+		step.Uniform[len(ids)-1] = step.Uniform[0]
+		step.Uniform[0] = 0
+	}
+	if o.MaxTokens == 0 && o.OnPromptLogits == nil {
+		return res, nil
+	}
+	out, err := b.Step(ctx, step)
 	if err != nil {
 		return res, err
 	}
-	if all {
-		o.OnPromptLogits(logits)
+	if o.OnPromptLogits != nil {
+		o.OnPromptLogits(out.Logits)
 	}
-	vocab := len(logits)
-	if all {
-		vocab /= len(ids)
-	}
-	last := logits[len(logits)-vocab:]
+	next := out.Next[len(out.Next)-1]
 	pos := len(prompt)
 	res.Stopped = "length"
 	for len(res.IDs) < o.MaxTokens {
-		next := smp.Sample(last)
 		res.IDs = append(res.IDs, next)
 		if len(res.IDs) == 1 {
 			res.Prefill = now().Sub(t0)
@@ -118,10 +147,11 @@ func Run(ctx context.Context, f Forwarder, prompt []int, o Options) (Result, err
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		last, err = f.Forward(ctx, pos, []int32{int32(next)}, false)
+		out, err := b.Step(ctx, Step{Pos: pos, IDs: []int32{int32(next)}, Uniform: []float64{uniform()}})
 		if err != nil {
 			return res, err
 		}
+		next = out.Next[0]
 		pos++
 	}
 	if len(res.IDs) > 0 {
@@ -133,19 +163,24 @@ func Run(ctx context.Context, f Forwarder, prompt []int, o Options) (Result, err
 // Local runs a whole model, or a chain of shards, in this process.
 type Local struct {
 	vocab int
+	smp   *sample.Sampler
 	reqs  []*ovrt.Request // one per model, in layer order
 	heads [][2]int        // each model's rows of the output head
 	buf   []float32
 }
 
 // NewLocal chains models that together cover all layers and all rows of
-// the output head, in order.
-func NewLocal(models ...*ovrt.Model) (*Local, error) {
+// the output head, in order, sampling with p.
+func NewLocal(p sample.Params, models ...*ovrt.Model) (*Local, error) {
 	if len(models) == 0 {
 		return nil, fmt.Errorf("generate: no models")
 	}
+	smp, err := sample.New(p)
+	if err != nil {
+		return nil, err
+	}
 	c := models[0].Config()
-	l := &Local{vocab: c.Vocab}
+	l := &Local{vocab: c.Vocab, smp: smp}
 	layer, row := 0, 0
 	for _, m := range models {
 		s, e := m.Range()
@@ -166,8 +201,9 @@ func NewLocal(models ...*ovrt.Model) (*Local, error) {
 	return l, nil
 }
 
-// Forward implements Forwarder.
-func (l *Local) Forward(ctx context.Context, pos int, ids []int32, all bool) ([]float32, error) {
+// Logits runs ids at pos and returns the logits of the last position, or
+// of every position when all is set, as rows of vocab floats.
+func (l *Local) Logits(ctx context.Context, pos int, ids []int32, all bool) ([]float32, error) {
 	want := ovrt.WantLast
 	rows := 1
 	if all {
@@ -198,4 +234,34 @@ func (l *Local) Forward(ctx context.Context, pos int, ids []int32, all bool) ([]
 		step = ovrt.Step{Pos: pos, Hidden: res.Hidden, Want: want}
 	}
 	return logits, nil
+}
+
+// Step implements Backend.
+func (l *Local) Step(ctx context.Context, s Step) (StepResult, error) {
+	logits, err := l.Logits(ctx, s.Pos, s.IDs, s.All)
+	if err != nil {
+		return StepResult{}, err
+	}
+	rows := len(logits) / l.vocab
+	out := StepResult{Next: make([]int, rows)}
+	for r := range rows {
+		u := 0.0
+		if r < len(s.Uniform) {
+			u = s.Uniform[r]
+		}
+		out.Next[r] = Choose(l.smp, logits[r*l.vocab:(r+1)*l.vocab], u)
+	}
+	if s.Logits {
+		out.Logits = logits
+	}
+	return out, nil
+}
+
+// Choose picks the next id from one row of logits: argmax for greedy
+// settings, else a draw with u from the filtered distribution.
+func Choose(smp *sample.Sampler, logits []float32, u float64) int {
+	if smp.Params().Greedy() {
+		return sample.Argmax(logits)
+	}
+	return sample.DrawWith(smp.Dist(logits), u)
 }

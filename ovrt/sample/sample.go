@@ -77,8 +77,13 @@ func (s *Sampler) Sample(logits []float32) int {
 func (s *Sampler) Float64() float64 { return s.rng.Float64() }
 
 // Draw samples an index from a distribution that sums to about 1.
-func (s *Sampler) Draw(dist []float64) int {
-	u := s.rng.Float64()
+func (s *Sampler) Draw(dist []float64) int { return DrawWith(dist, s.rng.Float64()) }
+
+// DrawWith picks the index where the cumulative mass of dist passes
+// u*sum(dist), for u in [0, 1): the inverse-CDF draw. Given the same
+// distribution and u it picks the same id on every machine, which lets a
+// remote stage sample with a client's random numbers.
+func DrawWith(dist []float64, u float64) int {
 	var sum float64
 	for _, p := range dist {
 		sum += p
