@@ -15,6 +15,9 @@ import (
 	"testing"
 
 	bstore "github.com/ipfs/boxo/blockstore"
+	chunker "github.com/ipfs/boxo/chunker"
+	"github.com/ipfs/boxo/ipld/unixfs/importer/balanced"
+	"github.com/ipfs/boxo/ipld/unixfs/importer/helpers"
 	blocks "github.com/ipfs/go-block-format"
 	cid "github.com/ipfs/go-cid"
 	ipld "github.com/ipfs/go-ipld-format"
@@ -660,4 +663,62 @@ func TestConcurrent(t *testing.T) {
 	if n := len(s.List()); n != 4 {
 		t.Errorf("%d roots listed, want 4", n)
 	}
+}
+
+// TestForeignLayout reads and verifies a UnixFS file made with other
+// parameters than ours: CIDv0, dag-pb leaves (kubo's plain `ipfs add`).
+func TestForeignLayout(t *testing.T) {
+	ctx := context.Background()
+	s := openTemp(t)
+	data := gen(5*ChunkSize + 9)
+	db, err := (&helpers.DagBuilderParams{Maxlinks: 3, Dagserv: s.addDAG}).New(chunker.NewSizeSplitter(bytes.NewReader(data), ChunkSize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nd, err := balanced.Layout(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := nd.Cid()
+	if c.Version() != 0 {
+		t.Fatalf("root %s is not CIDv0", c)
+	}
+	if err := s.Verify(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	got, size, err := readAll(ctx, s, c)
+	if err != nil || size != int64(len(data)) || !bytes.Equal(got, data) {
+		t.Fatalf("read: %v", err)
+	}
+	// Corrupt a dag-pb leaf: the 4th chunk.
+	var leaf cid.Cid
+	var start int64
+	n := 0
+	s.walk(ctx, c, func(b cid.Cid, st, _ int64) error {
+		if len(must(s.raw.Get(ctx, b)).RawData()) > ChunkSize {
+			if n == 3 {
+				leaf, start = b, st
+			}
+			n++
+		}
+		return nil
+	}, func(be *BlockError) error { return be })
+	if !leaf.Defined() {
+		t.Fatal("no 4th leaf")
+	}
+	flipByte(t, s.blockPath(leaf), 100)
+	var be *BlockError
+	if err := s.Verify(ctx, c); !errors.As(err, &be) || !be.Block.Equals(leaf) || be.Start != start || !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Verify: %v", err)
+	}
+	if _, _, err := readAll(ctx, s, c); !errors.As(err, &be) || !be.Block.Equals(leaf) || be.Start != start {
+		t.Fatalf("read: %v", err)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
