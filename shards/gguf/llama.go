@@ -574,8 +574,9 @@ func WriteLlama(out io.Writer, name string, weights *ovrt.Weights, vocab Vocab) 
 		return fmt.Errorf("gguf: %w", err)
 	}
 	c := weights.Config
-	if weights.Start != 0 || weights.End != c.Layers {
-		return fmt.Errorf("%w: WriteLlama needs the whole model, got layers [%d, %d) of %d", ErrLayerRange, weights.Start, weights.End, c.Layers)
+	if lo, hi := weights.HeadRange(); weights.Start != 0 || weights.End != c.Layers || lo != 0 || hi != c.Vocab {
+		return fmt.Errorf("%w: WriteLlama needs the whole model, got layers [%d, %d) of %d and head rows [%d, %d) of %d",
+			ErrLayerRange, weights.Start, weights.End, c.Layers, lo, hi, c.Vocab)
 	}
 	if err := vocab.Validate(); err != nil {
 		return err
@@ -722,6 +723,9 @@ func WriteLlamaFile(path, name string, weights *ovrt.Weights, vocab Vocab) (err 
 		}
 	}()
 	if err = WriteLlama(tmp, name, weights, vocab); err != nil {
+		return err
+	}
+	if err = tmp.Chmod(0o644); err != nil {
 		return err
 	}
 	if err = tmp.Sync(); err != nil {

@@ -438,6 +438,10 @@ func TestWriteLlamaRefuses(t *testing.T) {
 	part.End = 1
 	part.Layers = part.Layers[:1]
 	part.FinalNorm, part.Head = nil, ovrt.Matrix{}
+	headPart, err := w.Slice(0, c.Layers, 10, c.Vocab)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		w    *ovrt.Weights
@@ -449,6 +453,7 @@ func TestWriteLlamaRefuses(t *testing.T) {
 		{"bos mismatch", w, bos, ErrBadVocab},
 		{"tokenizer model", w, model, ErrUnsupported},
 		{"partial model", &part, v, ErrLayerRange},
+		{"partial head", headPart, v, ErrLayerRange},
 	} {
 		if err := WriteLlama(&sink, "x", tc.w, tc.v); !errors.Is(err, tc.err) {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.err)
