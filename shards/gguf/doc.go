@@ -147,6 +147,6 @@
 // GGUF bit for bit, and run gqa_a through ovrt against the oracle's logits.
 // testdata/llamacpp_check.mjs checks written files against llama.cpp by
 // hand: stories15M (F32) and gqa_a load and give next-token probabilities
-// within 2e-4 of the oracle's on every prompt position (llama.cpp's f16 KV
+// within 1e-3 of the oracle's on every prompt position (llama.cpp's f16 KV
 // cache sets that floor).
 package gguf
