@@ -3,7 +3,9 @@ package kernels
 import (
 	"fmt"
 	"math/rand"
+	"os"
 	"runtime"
+	"slices"
 	"testing"
 )
 
@@ -91,3 +93,54 @@ func benchmarkMatMul(b *testing.B, format string) {
 func BenchmarkMatMulF32(b *testing.B)  { benchmarkMatMul(b, "f32") }
 func BenchmarkMatMulQ8_0(b *testing.B) { benchmarkMatMul(b, "q8") }
 func BenchmarkMatMulQ4_0(b *testing.B) { benchmarkMatMul(b, "q4") }
+
+// TestThroughputTable prints, for every benchmark shape, format and SIMD
+// backend, the median of 15 batches of calls measured in thread CPU time:
+// the least noisy figure on a shared machine. It is how BENCH.md was made:
+//
+//	KERNELS_TABLE=1 go test -run TestThroughputTable -v ./ovrt/internal/kernels
+func TestThroughputTable(t *testing.T) {
+	if os.Getenv("KERNELS_TABLE") == "" {
+		t.Skip("set KERNELS_TABLE=1 to print the throughput table")
+	}
+	if _, ok := threadCPUTime(); !ok {
+		t.Skip("no thread CPU clock on this system")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	t.Logf("%-5s %-10s %-5s %-8s %10s %9s", "fmt", "shape", "ntok", "isa", "us/call", "GB/s")
+	for _, s := range benchShapes {
+		wf, w8, w4, x, out := benchInputs(s.rows, s.cols, s.ntok)
+		for _, f := range []string{"f32", "q8_0", "q4_0"} {
+			for _, be := range backends()[1:] {
+				var bytes int
+				var call func()
+				switch f {
+				case "f32":
+					bytes = len(wf) * 4
+					call = func() { be.f32(out, s.rows, wf, s.cols, x, s.cols, s.ntok, 0, s.rows) }
+				case "q8_0":
+					bytes = len(w8)
+					call = func() { be.q8(out, s.rows, w8, s.cols, x, s.cols, s.ntok, 0, s.rows) }
+				case "q4_0":
+					bytes = len(w4)
+					call = func() { be.q4(out, s.rows, w4, s.cols, x, s.cols, s.ntok, 0, s.rows) }
+				}
+				iters := max(1, 3_000_000/bytes/s.ntok)
+				var per [15]int64
+				for rep := range per {
+					t0, _ := threadCPUTime()
+					for i := 0; i < iters; i++ {
+						call()
+					}
+					t1, _ := threadCPUTime()
+					per[rep] = (t1 - t0) / int64(iters)
+				}
+				slices.Sort(per[:])
+				med := per[len(per)/2]
+				t.Logf("%-5s %-10s %-5d %-8s %10.1f %9.1f", f, fmt.Sprintf("%dx%d", s.rows, s.cols), s.ntok, be.name,
+					float64(med)/1e3, float64(bytes)/float64(med))
+			}
+		}
+	}
+}
