@@ -183,7 +183,11 @@ func (r *Record) MarshalRecord() ([]byte, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
-	b := make([]byte, 0, 128+len(r.Addrs)*32)
+	return r.appendPayload(make([]byte, 0, 128+len(r.Addrs)*32))
+}
+
+// appendPayload appends the encoding of r, valid or not, to b.
+func (r *Record) appendPayload(b []byte) ([]byte, error) {
 	b = append(b, EncodingVersion)
 	b = appendString(b, string(r.PeerID))
 	b = appendString(b, r.ModelID)
