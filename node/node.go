@@ -1,0 +1,228 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/ipfs/go-cid"
+	dht "github.com/libp2p/go-libp2p-kad-dht"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/pipeshard/pipeshard/ovrt"
+	"github.com/pipeshard/pipeshard/shards"
+)
+
+// DHTPrefix keeps pipeshard's DHT apart from the public IPFS DHT.
+const DHTPrefix = "/pipeshard"
+
+// Version is reported in status records.
+const Version = "pipeshard/0.1"
+
+// Sentinel errors.
+var (
+	ErrConfig   = errors.New("node: invalid configuration")
+	ErrNoShard  = errors.New("node: shard not available")
+	ErrTooLarge = errors.New("node: shard exceeds --max-memory")
+)
+
+// Config is a node's configuration.
+type Config struct {
+	Home      string   // identity key and block store
+	Listen    []string // multiaddrs (default: TCP and QUIC, any port)
+	Bootstrap []string // full multiaddrs of peers to join through
+	Shard     string   // CID of the shard to host
+	Threads   int      // runtime threads (0: all cores)
+	MaxMemory int64    // bound on shard + KV bytes (0: none)
+	Reprovide time.Duration
+	Stage     StageOptions
+	Log       *slog.Logger
+}
+
+// Validate checks c.
+func (c *Config) Validate() error {
+	switch {
+	case c.Home == "":
+		return fmt.Errorf("%w: no home directory", ErrConfig)
+	case c.Shard == "":
+		return fmt.Errorf("%w: no shard to host (--shard CID)", ErrConfig)
+	}
+	if _, err := cid.Decode(c.Shard); err != nil {
+		return fmt.Errorf("%w: shard %q: %v", ErrConfig, c.Shard, err)
+	}
+	if _, err := ParseAddrs(c.Bootstrap); err != nil {
+		return fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	return nil
+}
+
+// Node is a volunteer: a libp2p host in the pipeshard DHT serving one
+// shard over the stage protocol.
+type Node struct {
+	cfg    Config
+	Host   host.Host
+	DHT    *dht.IpfsDHT
+	Store  *shards.Store
+	Stage  *Stage
+	Header *shards.Header
+	model  *ovrt.Model
+	log    *slog.Logger
+	// announced are the CIDs the node provides: its shard, its model's
+	// manifests and tokenizer.
+	announced []cid.Cid
+}
+
+// New starts a node's host and DHT and loads its shard; Run serves.
+func New(ctx context.Context, cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Reprovide == 0 {
+		cfg.Reprovide = 12 * time.Hour
+	}
+	n := &Node{cfg: cfg, log: cfg.Log}
+	key, err := LoadIdentity(filepath.Join(cfg.Home, "identity.key"))
+	if err != nil {
+		return nil, err
+	}
+	if n.Store, err = shards.Open(cfg.Home); err != nil {
+		return nil, err
+	}
+	if n.Host, err = NewHost(HostOptions{Key: key, Listen: cfg.Listen}); err != nil {
+		n.Store.Close()
+		return nil, err
+	}
+	n.log = n.log.With("peer", n.Host.ID().ShortString())
+	boot, _ := ParseAddrs(cfg.Bootstrap)
+	n.DHT, err = dht.New(n.Host, dht.Mode(dht.ModeServer), dht.ProtocolPrefix(DHTPrefix), dht.BootstrapPeers(boot...))
+	if err != nil {
+		n.Close()
+		return nil, fmt.Errorf("node: dht: %w", err)
+	}
+	for _, b := range boot {
+		if err := n.Host.Connect(ctx, b); err != nil {
+			n.log.Warn("bootstrap peer unreachable", "addr", b, "err", err)
+		}
+	}
+	if err := n.DHT.Bootstrap(ctx); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("node: dht bootstrap: %w", err)
+	}
+	if err := n.load(ctx); err != nil {
+		n.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// load reads the shard from the store (every block verified) and
+// compiles it.
+func (n *Node) load(ctx context.Context) error {
+	c, _ := cid.Decode(n.cfg.Shard)
+	has, err := n.Store.Blocks.Has(ctx, c)
+	if err != nil || !has {
+		return fmt.Errorf("%w: %s is not in %s (import or split it there first)", ErrNoShard, c, n.cfg.Home)
+	}
+	w, h, err := n.Store.LoadShard(ctx, c)
+	if err != nil {
+		return err
+	}
+	if n.cfg.MaxMemory > 0 && w.Bytes() > n.cfg.MaxMemory {
+		return fmt.Errorf("%w: %s holds %d bytes, --max-memory is %d", ErrTooLarge, c, w.Bytes(), n.cfg.MaxMemory)
+	}
+	if n.cfg.MaxMemory > 0 && n.cfg.Stage.MaxKVBytes == 0 {
+		n.cfg.Stage.MaxKVBytes = n.cfg.MaxMemory - w.Bytes()
+	}
+	m, err := ovrt.Compile(w, ovrt.WithThreads(n.cfg.Threads))
+	if err != nil {
+		return err
+	}
+	n.model, n.Header = m, h
+	n.Stage = NewStage(n.Host, m, h.ModelID, c.String(), n.cfg.Stage, n.log)
+	n.announced = []cid.Cid{c}
+	if id, err := cid.Decode(h.ModelID); err == nil {
+		n.announced = append(n.announced, id)
+	}
+	// Manifests of this model in the store, and its tokenizer.
+	for _, root := range n.Store.Blocks.List() {
+		if man, err := n.Store.Manifest(ctx, root); err == nil && man.ModelID == h.ModelID {
+			n.announced = append(n.announced, root)
+			if t, err := cid.Decode(man.Tokenizer.CID); err == nil {
+				n.announced = append(n.announced, t)
+			}
+		}
+	}
+	return nil
+}
+
+// Addrs returns the node's full multiaddrs.
+func (n *Node) Addrs() []string { return FullAddrs(n.Host) }
+
+// ID returns the node's peer ID.
+func (n *Node) ID() peer.ID { return n.Host.ID() }
+
+// Run serves until ctx ends: the stage protocol, and provider records
+// announced at start and every Reprovide.
+func (n *Node) Run(ctx context.Context) error {
+	go n.provideLoop(ctx)
+	n.Stage.Run(ctx)
+	return nil
+}
+
+func (n *Node) provideLoop(ctx context.Context) {
+	pending := slices.Clone(n.announced)
+	retry := time.Second
+	for {
+		var failed []cid.Cid
+		for _, c := range pending {
+			pctx, cancel := context.WithTimeout(ctx, time.Minute)
+			err := n.DHT.Provide(pctx, c, true)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				// A lone first node has nobody to tell yet: try again
+				// soon, without alarming anyone.
+				n.log.Debug("provide", "cid", c, "err", err)
+				failed = append(failed, c)
+			}
+		}
+		wait := n.cfg.Reprovide
+		pending = slices.Clone(n.announced)
+		if len(failed) > 0 {
+			wait, pending = retry, failed
+			retry = min(2*retry, time.Minute)
+		} else {
+			retry = time.Second
+			n.log.Info("announced", "cids", len(n.announced))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// Close stops the node's host and closes its store.
+func (n *Node) Close() error {
+	if n.model != nil {
+		n.model.Close()
+	}
+	if n.DHT != nil {
+		n.DHT.Close()
+	}
+	if n.Host != nil {
+		n.Host.Close()
+	}
+	if n.Store != nil {
+		n.Store.Close()
+	}
+	return nil
+}

@@ -1,0 +1,732 @@
+package node
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/peerstore"
+	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/pipeshard/pipeshard/internal/wire"
+	"github.com/pipeshard/pipeshard/ovrt"
+	"github.com/pipeshard/pipeshard/ovrt/sample"
+)
+
+// StageOptions bound what a stage accepts.
+type StageOptions struct {
+	MaxSessions int           // concurrent sessions (default 64)
+	MaxKVBytes  int64         // KV cache budget; the least recently used session is evicted past it (0: 1 GiB)
+	IdleTimeout time.Duration // a session unused this long is closed (default 5 min)
+	MaxFrame    int           // largest frame accepted (default wire.DefaultMaxFrame)
+	IOTimeout   time.Duration // deadline for opening the next hop and for each write (default 20 s)
+}
+
+func (o *StageOptions) defaults() {
+	if o.MaxSessions == 0 {
+		o.MaxSessions = 64
+	}
+	if o.MaxKVBytes == 0 {
+		o.MaxKVBytes = 1 << 30
+	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = 5 * time.Minute
+	}
+	if o.MaxFrame == 0 {
+		o.MaxFrame = wire.DefaultMaxFrame
+	}
+	if o.IOTimeout == 0 {
+		o.IOTimeout = 20 * time.Second
+	}
+}
+
+// Stage serves one shard over the stage protocol. It reads Forwards from
+// every session's upstream stream, runs the ones that are waiting as one
+// batched forward (continuous batching across sessions), and passes each
+// result on: hidden states to the session's next hop, or the client's
+// answer straight to the client.
+//
+// Goroutines: one per upstream stream (reading), one per downstream
+// stream (relaying errors upstream), one executor, one janitor. All exit
+// when the context given to Run ends or their stream closes.
+type Stage struct {
+	h       host.Host
+	model   *ovrt.Model
+	modelID string
+	shard   string
+	last    bool
+	lo, hi  int // head rows held
+	opts    StageOptions
+	log     *slog.Logger
+
+	queue chan *job
+
+	mu       sync.Mutex // guards sessions and draining
+	sessions map[wire.SessionID]*session
+	draining bool
+
+	statsMu sync.Mutex
+	stats   Stats
+}
+
+// Stats are a stage's counters, read with Snapshot.
+type Stats struct {
+	Forwards       int64
+	Tokens         int64
+	Batches        int64
+	ComputeNanos   int64
+	QueuedTokens   int64
+	Errors         int64
+	SessionsOpened int64
+}
+
+// job is one Forward waiting for the executor.
+type job struct {
+	s    *session
+	f    *wire.Forward
+	at   time.Time
+	ntok int
+}
+
+// session is one sequence's state on this stage.
+type session struct {
+	id    wire.SessionID
+	open  *wire.Open
+	req   *ovrt.Request
+	smp   *sample.Sampler
+	up    *conn // from the previous hop or the client
+	down  *conn // to the next hop, or to the client's result handler
+	mu    sync.Mutex
+	used  time.Time
+	done  chan struct{}
+	close sync.Once
+}
+
+// conn is a stream with serialized writes.
+type conn struct {
+	s       network.Stream
+	wmu     sync.Mutex
+	timeout time.Duration
+}
+
+func (c *conn) send(m wire.Message) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.s.SetWriteDeadline(time.Now().Add(c.timeout))
+	err := wire.Write(c.s, m)
+	c.s.SetWriteDeadline(time.Time{})
+	return err
+}
+
+// NewStage serves model (the shard shardCID of model modelID) on h.
+func NewStage(h host.Host, model *ovrt.Model, modelID, shardCID string, opts StageOptions, log *slog.Logger) *Stage {
+	opts.defaults()
+	if log == nil {
+		log = slog.Default()
+	}
+	w := model.Weights()
+	lo, hi := w.HeadRange()
+	return &Stage{h: h, model: model, modelID: modelID, shard: shardCID, last: w.IsLast(), lo: lo, hi: hi,
+		opts: opts, log: log.With("shard", shardCID), queue: make(chan *job, 1024), sessions: map[wire.SessionID]*session{}}
+}
+
+// Run registers the stream handler and runs the executor until ctx ends.
+func (st *Stage) Run(ctx context.Context) {
+	st.h.SetStreamHandler(wire.StageProtocol, func(s network.Stream) { st.serve(ctx, s) })
+	defer st.h.RemoveStreamHandler(wire.StageProtocol)
+	go st.janitor(ctx)
+	st.execute(ctx)
+	st.mu.Lock()
+	for _, s := range st.sessions {
+		st.drop(s, nil)
+	}
+	st.mu.Unlock()
+}
+
+// Drain stops admitting sessions; active ones go on.
+func (st *Stage) Drain() {
+	st.mu.Lock()
+	st.draining = true
+	st.mu.Unlock()
+}
+
+// Sessions returns the number of open sessions.
+func (st *Stage) Sessions() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return len(st.sessions)
+}
+
+// Snapshot returns a copy of the counters.
+func (st *Stage) Snapshot() Stats {
+	st.statsMu.Lock()
+	defer st.statsMu.Unlock()
+	return st.stats
+}
+
+// KVBytes returns the KV cache memory held by all sessions.
+func (st *Stage) KVBytes() int64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var n int64
+	for _, s := range st.sessions {
+		n += s.req.KVBytes()
+	}
+	return n
+}
+
+func (st *Stage) fail(c *conn, sess wire.SessionID, seq uint64, hop uint8, err error) {
+	st.statsMu.Lock()
+	st.stats.Errors++
+	st.statsMu.Unlock()
+	st.log.Debug("stage error", "session", sess, "err", err)
+	c.send(wire.NewError(sess, seq, hop, err))
+}
+
+// serve handles one upstream stream: an Open, then Forwards and a Close.
+func (st *Stage) serve(ctx context.Context, s network.Stream) {
+	up := &conn{s: s, timeout: st.opts.IOTimeout}
+	r := wire.NewReader(s, st.opts.MaxFrame)
+	s.SetReadDeadline(time.Now().Add(st.opts.IOTimeout))
+	m, err := r.Read()
+	if err != nil {
+		st.fail(up, wire.SessionID{}, 0, 0, fmt.Errorf("%w: %v", wire.ErrBadFrame, err))
+		s.Reset()
+		return
+	}
+	open, ok := m.(*wire.Open)
+	if !ok {
+		st.fail(up, wire.SessionID{}, 0, 0, fmt.Errorf("%w: first message is %v, not open", wire.ErrProtocol, m.Type()))
+		s.Reset()
+		return
+	}
+	sess, err := st.admit(ctx, open, up)
+	if err != nil {
+		st.fail(up, open.Session, 0, open.Hop, err)
+		s.Close()
+		return
+	}
+	defer st.drop(sess, nil)
+	s.SetReadDeadline(time.Time{})
+	for {
+		m, err := r.Read()
+		if err != nil {
+			if !errors.Is(err, network.ErrReset) && !errors.Is(err, io.EOF) {
+				st.fail(up, sess.id, 0, open.Hop, fmt.Errorf("%w: %v", wire.ErrBadFrame, err))
+			}
+			return
+		}
+		switch m := m.(type) {
+		case *wire.Forward:
+			if m.Session != sess.id {
+				st.fail(up, m.Session, m.Seq, open.Hop, fmt.Errorf("%w: %s on the stream of %s", wire.ErrUnknownSession, m.Session, sess.id))
+				continue
+			}
+			if err := st.check(m, open); err != nil {
+				st.fail(up, m.Session, m.Seq, open.Hop, err)
+				continue
+			}
+			sess.mu.Lock()
+			sess.used = time.Now()
+			sess.mu.Unlock()
+			st.statsMu.Lock()
+			st.stats.QueuedTokens += int64(m.NTok)
+			st.statsMu.Unlock()
+			select {
+			case st.queue <- &job{s: sess, f: m, at: time.Now(), ntok: int(m.NTok)}:
+			case <-ctx.Done():
+				return
+			case <-sess.done:
+				return
+			}
+		case *wire.Close:
+			if sess.down != nil && !st.last {
+				sess.down.send(m)
+			}
+			return
+		default:
+			st.fail(up, sess.id, 0, open.Hop, fmt.Errorf("%w: unexpected %v", wire.ErrProtocol, m.Type()))
+			return
+		}
+	}
+}
+
+// check validates a Forward's shape against the shard before it queues.
+func (st *Stage) check(f *wire.Forward, open *wire.Open) error {
+	c := st.model.Config()
+	w := st.model.Weights()
+	switch {
+	case w.HasEmbed() && f.Kind != wire.KindTokens:
+		return fmt.Errorf("%w: the first stage takes token ids", wire.ErrShape)
+	case !w.HasEmbed() && f.Kind == wire.KindTokens:
+		return fmt.Errorf("%w: stage [%d, %d) takes hidden states", wire.ErrShape, w.Start, w.End)
+	case f.Kind == wire.KindHiddenF16 && len(f.Data) != 2*c.Dim*int(f.NTok):
+		return fmt.Errorf("%w: %d bytes for %d fp16 rows of %d", wire.ErrShape, len(f.Data), f.NTok, c.Dim)
+	case f.Kind == wire.KindHiddenF32 && len(f.Data) != 4*c.Dim*int(f.NTok):
+		return fmt.Errorf("%w: %d bytes for %d fp32 rows of %d", wire.ErrShape, len(f.Data), f.NTok, c.Dim)
+	case int(f.Pos)+int(f.NTok) > c.Context:
+		return fmt.Errorf("%w: positions %d..%d, context %d", wire.ErrContextFull, f.Pos, int(f.Pos)+int(f.NTok)-1, c.Context)
+	case f.PartialK > 0 && st.lo == 0:
+		return fmt.Errorf("%w: partial results for a stage whose head starts at row 0", wire.ErrShape)
+	case open.Output == wire.OutSample && len(f.Uniform) != f.Rows() && st.last:
+		return fmt.Errorf("%w: sampling needs %d uniforms, got %d", wire.ErrShape, f.Rows(), len(f.Uniform))
+	}
+	return nil
+}
+
+// admit checks an Open, builds the chain behind this hop, and registers
+// the session.
+func (st *Stage) admit(ctx context.Context, o *wire.Open, up *conn) (*session, error) {
+	hop := o.Route[o.Hop]
+	w := st.model.Weights()
+	lo, hi := w.HeadLo, w.HeadHi
+	switch {
+	case o.ModelID != st.modelID:
+		return nil, fmt.Errorf("%w: model %s, this node serves %s", wire.ErrWrongShard, o.ModelID, st.modelID)
+	case hop.Shard != st.shard || int(hop.Start) != w.Start || int(hop.End) != w.End || int(hop.HeadLo) != lo || int(hop.HeadHi) != hi:
+		return nil, fmt.Errorf("%w: asked for %s [%d, %d), this node serves %s [%d, %d)", wire.ErrWrongShard, hop.Shard, hop.Start, hop.End, st.shard, w.Start, w.End)
+	case st.last != (int(o.Hop) == len(o.Route)-1):
+		return nil, fmt.Errorf("%w: hop %d of %d, but this stage is last=%v", wire.ErrProtocol, o.Hop, len(o.Route), st.last)
+	case o.Output == wire.OutLogits && st.last && st.lo != 0:
+		return nil, fmt.Errorf("%w: full logits need a route whose head is not split", wire.ErrShape)
+	}
+	st.mu.Lock()
+	switch {
+	case st.draining:
+		st.mu.Unlock()
+		return nil, wire.ErrDraining
+	case len(st.sessions) >= st.opts.MaxSessions:
+		st.mu.Unlock()
+		return nil, fmt.Errorf("%w: %d sessions", wire.ErrOverloaded, len(st.sessions))
+	case st.sessions[o.Session] != nil:
+		st.mu.Unlock()
+		return nil, fmt.Errorf("%w: session %s exists", wire.ErrProtocol, o.Session)
+	}
+	st.mu.Unlock()
+
+	smp, err := sample.New(sample.Params{Temp: float64(o.Temp), TopP: float64(o.TopP), TopK: int(o.TopK)})
+	if o.Output != wire.OutSample {
+		smp, err = sample.New(sample.Params{})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", wire.ErrProtocol, err)
+	}
+	s := &session{id: o.Session, open: o, req: st.model.NewRequest(), smp: smp, up: up, used: time.Now(), done: make(chan struct{})}
+
+	// Build the rest of the chain: the next hop, or the client.
+	dctx, cancel := context.WithTimeout(ctx, st.opts.IOTimeout)
+	defer cancel()
+	if st.last {
+		ds, err := st.dial(dctx, o.Client, o.Addrs, wire.ResultProtocol)
+		if err != nil {
+			return nil, fmt.Errorf("%w: client: %v", wire.ErrNextHop, err)
+		}
+		s.down = &conn{s: ds, timeout: st.opts.IOTimeout}
+	} else {
+		next := o.Route[o.Hop+1]
+		ds, err := st.dial(dctx, next.Peer, next.Addrs, wire.StageProtocol)
+		if err != nil {
+			return nil, fmt.Errorf("%w: hop %d: %v", wire.ErrNextHop, o.Hop+1, err)
+		}
+		down := &conn{s: ds, timeout: st.opts.IOTimeout}
+		fwd := *o
+		fwd.Hop++
+		if err := down.send(&fwd); err != nil {
+			ds.Reset()
+			return nil, fmt.Errorf("%w: hop %d: %v", wire.ErrNextHop, o.Hop+1, err)
+		}
+		// Wait for the chain behind to stand.
+		r := wire.NewReader(ds, st.opts.MaxFrame)
+		ds.SetReadDeadline(time.Now().Add(st.opts.IOTimeout))
+		m, err := r.Read()
+		ds.SetReadDeadline(time.Time{})
+		if err != nil {
+			ds.Reset()
+			return nil, fmt.Errorf("%w: hop %d: %v", wire.ErrNextHop, o.Hop+1, err)
+		}
+		if e, ok := m.(*wire.Error); ok {
+			ds.Close()
+			return nil, e // keeps the failing hop's number and code
+		}
+		if _, ok := m.(*wire.Opened); !ok {
+			ds.Reset()
+			return nil, fmt.Errorf("%w: hop %d answered open with %v", wire.ErrProtocol, o.Hop+1, m.Type())
+		}
+		s.down = down
+		go st.relay(s, r)
+	}
+	st.mu.Lock()
+	st.sessions[s.id] = s
+	st.mu.Unlock()
+	st.statsMu.Lock()
+	st.stats.SessionsOpened++
+	st.statsMu.Unlock()
+	if err := up.send(&wire.Opened{Session: s.id, Hop: o.Hop}); err != nil {
+		st.drop(s, nil)
+		return nil, err
+	}
+	return s, nil
+}
+
+// relay passes what comes back from the next hop (errors) upstream.
+func (st *Stage) relay(s *session, r *wire.Reader) {
+	for {
+		m, err := r.Read()
+		if err != nil {
+			select {
+			case <-s.done:
+			default:
+				st.drop(s, fmt.Errorf("%w: hop %d: %v", wire.ErrNextHop, s.open.Hop+1, err))
+			}
+			return
+		}
+		if e, ok := m.(*wire.Error); ok {
+			s.up.send(e)
+		}
+	}
+}
+
+// drop forgets a session, telling upstream why when err is set.
+func (st *Stage) drop(s *session, err error) {
+	s.close.Do(func() {
+		close(s.done)
+		st.mu.Lock()
+		delete(st.sessions, s.id)
+		st.mu.Unlock()
+		if err != nil {
+			st.fail(s.up, s.id, 0, s.open.Hop, err)
+		}
+		if s.down != nil {
+			if !st.last {
+				s.down.send(&wire.Close{Session: s.id})
+			}
+			s.down.s.Close()
+		}
+		s.up.s.Close()
+	})
+}
+
+func (st *Stage) dial(ctx context.Context, id []byte, addrs []string, proto string) (network.Stream, error) {
+	p, err := peer.IDFromBytes(id)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range addrs {
+		if m, err := ma.NewMultiaddr(a); err == nil {
+			st.h.Peerstore().AddAddr(p, m, peerstore.TempAddrTTL)
+		}
+	}
+	return st.h.NewStream(ctx, p, protocolID(proto))
+}
+
+// janitor closes idle sessions and evicts the least recently used past
+// the KV budget.
+func (st *Stage) janitor(ctx context.Context) {
+	t := time.NewTicker(max(st.opts.IdleTimeout/10, 100*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		st.mu.Lock()
+		var all []*session
+		var kv int64
+		for _, s := range st.sessions {
+			all = append(all, s)
+			kv += s.req.KVBytes()
+		}
+		st.mu.Unlock()
+		slices.SortFunc(all, func(a, b *session) int { return a.lastUsed().Compare(b.lastUsed()) })
+		for _, s := range all {
+			switch {
+			case now.Sub(s.lastUsed()) > st.opts.IdleTimeout:
+				kv -= s.req.KVBytes()
+				st.drop(s, wire.ErrIdle)
+			case kv > st.opts.MaxKVBytes:
+				kv -= s.req.KVBytes()
+				st.drop(s, wire.ErrEvicted)
+			}
+		}
+	}
+}
+
+func (s *session) lastUsed() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.used
+}
+
+// execute runs batches until ctx ends: it takes every Forward waiting,
+// runs them in one ovrt call, and sends the results on.
+func (st *Stage) execute(ctx context.Context) {
+	var batch []*job
+	for {
+		batch = batch[:0]
+		select {
+		case <-ctx.Done():
+			return
+		case j := <-st.queue:
+			batch = append(batch, j)
+		}
+	more:
+		for len(batch) < 256 {
+			select {
+			case j := <-st.queue:
+				batch = append(batch, j)
+			default:
+				break more
+			}
+		}
+		st.runBatch(batch)
+	}
+}
+
+func (st *Stage) runBatch(batch []*job) {
+	c := st.model.Config()
+	start := time.Now()
+	// One session may have several Forwards queued; each ovrt call takes a
+	// request once, so split the batch into rounds.
+	for len(batch) > 0 {
+		var round, rest []*job
+		seen := map[*session]bool{}
+		for _, j := range batch {
+			if seen[j.s] {
+				rest = append(rest, j)
+				continue
+			}
+			seen[j.s] = true
+			round = append(round, j)
+		}
+		steps := make([]ovrt.Step, 0, len(round))
+		live := round[:0]
+		for _, j := range round {
+			select {
+			case <-j.s.done:
+				continue // closed while queued
+			default:
+			}
+			step := ovrt.Step{Req: j.s.req, Pos: int(j.f.Pos), Want: ovrt.WantLast}
+			if j.f.All {
+				step.Want = ovrt.WantAll
+			}
+			switch j.f.Kind {
+			case wire.KindTokens:
+				step.Tokens = j.f.Tokens()
+			case wire.KindHiddenF16:
+				step.Hidden = make([]float32, int(j.f.NTok)*c.Dim)
+				ovrt.DecodeF16(step.Hidden, j.f.Data)
+			case wire.KindHiddenF32:
+				step.Hidden = make([]float32, int(j.f.NTok)*c.Dim)
+				for i := range step.Hidden {
+					step.Hidden[i] = math.Float32frombits(binary.LittleEndian.Uint32(j.f.Data[4*i:]))
+				}
+			}
+			steps = append(steps, step)
+			live = append(live, j)
+		}
+		t0 := time.Now()
+		res := st.model.Forward(steps)
+		compute := time.Since(t0)
+		ntok := 0
+		for i, j := range live {
+			ntok += j.ntok
+			timing := wire.Timing{Hop: j.s.open.Hop, Queue: uint32(t0.Sub(j.at).Microseconds()), Compute: uint32(compute.Microseconds())}
+			if res[i].Err != nil {
+				st.fail(j.s.up, j.s.id, j.f.Seq, j.s.open.Hop, stageError(res[i].Err))
+				continue
+			}
+			if err := st.emit(j, res[i], timing); err != nil {
+				st.drop(j.s, fmt.Errorf("%w: %v", wire.ErrNextHop, err))
+			}
+		}
+		st.statsMu.Lock()
+		st.stats.Forwards += int64(len(live))
+		st.stats.Tokens += int64(ntok)
+		st.stats.QueuedTokens -= int64(ntok)
+		st.stats.Batches++
+		st.statsMu.Unlock()
+		batch = rest
+	}
+	st.statsMu.Lock()
+	st.stats.ComputeNanos += time.Since(start).Nanoseconds()
+	st.statsMu.Unlock()
+}
+
+// stageError maps a runtime error to its wire sentinel.
+func stageError(err error) error {
+	var code error
+	switch {
+	case errors.Is(err, ovrt.ErrPosition):
+		code = wire.ErrPosition
+	case errors.Is(err, ovrt.ErrContextFull):
+		code = wire.ErrContextFull
+	case errors.Is(err, ovrt.ErrTokenRange):
+		code = wire.ErrTokenRange
+	case errors.Is(err, ovrt.ErrBadInput):
+		code = wire.ErrShape
+	default:
+		code = wire.ErrInternal
+	}
+	return fmt.Errorf("%w: %v", code, err)
+}
+
+// emit sends one job's output on: to the next hop, or to the client.
+func (st *Stage) emit(j *job, r ovrt.Result, t wire.Timing) error {
+	o := j.s.open
+	f := j.f
+	trace := append(slices.Clone(f.Trace), t)
+	rows := f.Rows()
+	if !st.last {
+		next := &wire.Forward{Session: f.Session, Seq: f.Seq, Pos: f.Pos, NTok: f.NTok, All: f.All,
+			Uniform: f.Uniform, Trace: trace}
+		if o.DType == wire.F16 {
+			next.Kind = wire.KindHiddenF16
+			next.Data = make([]byte, 2*len(r.Hidden))
+			ovrt.EncodeF16(next.Data, r.Hidden)
+		} else {
+			next.Kind = wire.KindHiddenF32
+			next.Data = make([]byte, 4*len(r.Hidden))
+			for i, v := range r.Hidden {
+				binary.LittleEndian.PutUint32(next.Data[4*i:], math.Float32bits(v))
+			}
+		}
+		if st.hi > st.lo { // a head part: pass on this part's candidates
+			width := st.hi - st.lo
+			k := partialK(o)
+			if o.Output == wire.OutSample {
+				// Sampling needs every logit: pass all of them on.
+				k = int(f.PartialK) + width
+			}
+			next.PartialK = uint16(k)
+			for row := range rows {
+				var in []wire.Cand
+				if f.PartialK > 0 {
+					in = f.Partial[row*int(f.PartialK) : (row+1)*int(f.PartialK)]
+				}
+				if o.Output == wire.OutSample {
+					next.Partial = append(next.Partial, in...)
+					for i, v := range r.Logits[row*width : (row+1)*width] {
+						next.Partial = append(next.Partial, wire.Cand{ID: uint32(st.lo + i), Logit: v})
+					}
+					continue
+				}
+				cands := topCands(r.Logits[row*width:(row+1)*width], st.lo, k)
+				if in != nil {
+					cands = mergeCands(cands, in, k)
+				}
+				next.Partial = append(next.Partial, cands...)
+			}
+		}
+		return j.s.down.send(next)
+	}
+	res := &wire.Result{Session: f.Session, Seq: f.Seq, Pos: f.Pos, Rows: uint32(rows), Trace: trace}
+	width := st.hi - st.lo
+	c := st.model.Config()
+	switch o.Output {
+	case wire.OutArgmax, wire.OutTopK:
+		k := 1
+		res.Kind = wire.ResultIDs
+		if o.Output == wire.OutTopK {
+			k = int(o.TopK)
+			res.Kind, res.K = wire.ResultTopK, o.TopK
+		}
+		for row := range rows {
+			cands := topCands(r.Logits[row*width:(row+1)*width], st.lo, k)
+			if f.PartialK > 0 {
+				cands = mergeCands(cands, f.Partial[row*int(f.PartialK):(row+1)*int(f.PartialK)], k)
+			}
+			if o.Output == wire.OutArgmax {
+				res.IDs = append(res.IDs, cands[0].ID)
+			} else {
+				res.Cands = append(res.Cands, cands...)
+			}
+		}
+	case wire.OutSample:
+		res.Kind = wire.ResultIDs
+		full := make([]float32, c.Vocab)
+		for row := range rows {
+			logits := r.Logits[row*width : (row+1)*width]
+			if st.lo != 0 {
+				// Head split: earlier parts sent all their logits.
+				copy(full[st.lo:], logits)
+				for _, cd := range f.Partial[row*int(f.PartialK) : (row+1)*int(f.PartialK)] {
+					full[cd.ID] = cd.Logit
+				}
+				logits = full
+			}
+			res.IDs = append(res.IDs, uint32(sample.DrawWith(j.s.smp.Dist(logits), f.Uniform[row])))
+		}
+	case wire.OutLogits:
+		res.Kind = wire.ResultLogits
+		res.Logits = slices.Clone(r.Logits)
+	}
+	return j.s.down.send(res)
+}
+
+// partialK is how many candidates a head part passes on per row when
+// only the best matter (argmax, top-k).
+func partialK(o *wire.Open) int {
+	if o.Output == wire.OutTopK {
+		return int(o.TopK)
+	}
+	return 1
+}
+
+// candLess orders candidates by logit, descending, then id: the order
+// under which argmax ties break to the lowest id.
+func candLess(a, b wire.Cand) bool {
+	if a.Logit != b.Logit {
+		return a.Logit > b.Logit
+	}
+	return a.ID < b.ID
+}
+
+// topCands returns the k best of logits, whose first entry is row base.
+func topCands(logits []float32, base, k int) []wire.Cand {
+	k = min(k, len(logits))
+	out := make([]wire.Cand, 0, k+1)
+	for i, v := range logits {
+		c := wire.Cand{ID: uint32(base + i), Logit: v}
+		if len(out) == k && !candLess(c, out[k-1]) {
+			continue
+		}
+		at, _ := slices.BinarySearchFunc(out, c, func(a, b wire.Cand) int {
+			if candLess(a, b) {
+				return -1
+			}
+			return 1
+		})
+		out = slices.Insert(out, at, c)
+		if len(out) > k {
+			out = out[:k]
+		}
+	}
+	return out
+}
+
+func mergeCands(a, b []wire.Cand, k int) []wire.Cand {
+	all := append(slices.Clone(a), b...)
+	slices.SortFunc(all, func(x, y wire.Cand) int {
+		if candLess(x, y) {
+			return -1
+		}
+		if candLess(y, x) {
+			return 1
+		}
+		return 0
+	})
+	return all[:min(k, len(all))]
+}

@@ -1,0 +1,126 @@
+package swarm
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/ipfs/go-cid"
+	dht "github.com/libp2p/go-libp2p-kad-dht"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/protocol/ping"
+
+	"github.com/pipeshard/pipeshard/internal/wire"
+	"github.com/pipeshard/pipeshard/node"
+	"github.com/pipeshard/pipeshard/shards"
+)
+
+// Config configures a client.
+type Config struct {
+	Home      string   // local store for manifests and tokenizers
+	Bootstrap []string // full multiaddrs
+	Listen    []string // default: TCP and QUIC on all interfaces
+	Log       *slog.Logger
+}
+
+// Client talks to a swarm.
+type Client struct {
+	Host  host.Host
+	DHT   *dht.IpfsDHT
+	Store *shards.Store
+	res   *results
+	log   *slog.Logger
+}
+
+// New starts a client host, joins the DHT through the bootstrap peers,
+// and registers the result handler.
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	boot, err := node.ParseAddrs(cfg.Bootstrap)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{log: cfg.Log, res: &results{sessions: map[wire.SessionID]chan wire.Message{}}}
+	if c.Store, err = shards.Open(cfg.Home); err != nil {
+		return nil, err
+	}
+	if c.Host, err = node.NewHost(node.HostOptions{Listen: cfg.Listen}); err != nil {
+		c.Store.Close()
+		return nil, err
+	}
+	c.Host.SetStreamHandler(wire.ResultProtocol, c.res.handler)
+	c.DHT, err = dht.New(c.Host, dht.Mode(dht.ModeClient), dht.ProtocolPrefix(node.DHTPrefix), dht.BootstrapPeers(boot...))
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	for _, b := range boot {
+		if err := c.Host.Connect(ctx, b); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("swarm: bootstrap %s: %w", b.ID.ShortString(), err)
+		}
+	}
+	if err := c.DHT.Bootstrap(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Close shuts the client down.
+func (c *Client) Close() error {
+	if c.DHT != nil {
+		c.DHT.Close()
+	}
+	if c.Host != nil {
+		c.Host.Close()
+	}
+	if c.Store != nil {
+		c.Store.Close()
+	}
+	return nil
+}
+
+// Providers finds peers announcing c in the DHT.
+func (c *Client) Providers(ctx context.Context, k cid.Cid, max int) ([]peer.AddrInfo, error) {
+	var out []peer.AddrInfo
+	for p := range c.DHT.FindProvidersAsync(ctx, k, max) {
+		if p.ID == c.Host.ID() || len(p.Addrs) == 0 && len(c.Host.Peerstore().Addrs(p.ID)) == 0 {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// Ping measures the round trip to p (the median of n pings).
+func (c *Client) Ping(ctx context.Context, p peer.AddrInfo, n int) (time.Duration, error) {
+	c.Host.Peerstore().AddAddrs(p.ID, p.Addrs, time.Hour)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var rtts []time.Duration
+	for r := range ping.Ping(ctx, c.Host, p.ID) {
+		if r.Error != nil {
+			return 0, r.Error
+		}
+		rtts = append(rtts, r.RTT)
+		if len(rtts) == n {
+			break
+		}
+	}
+	if len(rtts) == 0 {
+		return 0, fmt.Errorf("swarm: ping %s: no answer", p.ID.ShortString())
+	}
+	sort.Slice(rtts, func(i, j int) bool { return rtts[i] < rtts[j] })
+	return rtts[len(rtts)/2], nil
+}
+
+// Open opens a session along route.
+func (c *Client) Open(ctx context.Context, route []Hop, o SessionOptions) (*Session, error) {
+	return openSession(ctx, c.Host, c.res, route, o)
+}

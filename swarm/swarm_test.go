@@ -1,0 +1,192 @@
+package swarm_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ipfs/go-cid"
+
+	"github.com/pipeshard/pipeshard/internal/generate"
+	"github.com/pipeshard/pipeshard/internal/testmodel"
+	"github.com/pipeshard/pipeshard/node"
+	"github.com/pipeshard/pipeshard/ovrt"
+	"github.com/pipeshard/pipeshard/ovrt/checkpoint"
+	"github.com/pipeshard/pipeshard/ovrt/sample"
+	"github.com/pipeshard/pipeshard/shards"
+	"github.com/pipeshard/pipeshard/swarm"
+)
+
+// fixture is stories15M imported and cut, shared by the tests of this
+// package (importing takes seconds).
+type fixture struct {
+	dir      string
+	store    *shards.Store
+	manifest *shards.Manifest
+	mc       cid.Cid
+	whole    *ovrt.Model
+	layouts  map[int]shards.Layout // by stage count
+}
+
+var (
+	fixOnce sync.Once
+	fix     *fixture
+	fixErr  error
+)
+
+func getFixture(t testing.TB) *fixture {
+	t.Helper()
+	model, tok := testmodel.Stories15M(t)
+	fixOnce.Do(func() { fix, fixErr = buildFixture(model, tok) })
+	if fixErr != nil {
+		t.Fatal(fixErr)
+	}
+	return fix
+}
+
+func buildFixture(model, tok string) (*fixture, error) {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "swarm-fixture-")
+	if err != nil {
+		return nil, err
+	}
+	w, err := checkpoint.LoadLlama2C(model, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	tb, err := os.ReadFile(tok)
+	if err != nil {
+		return nil, err
+	}
+	st, err := shards.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	m, mc, err := st.Import(ctx, shards.Source{Name: "stories15M", Weights: w, Tokenizer: tb, TokFormat: "llama2c"}, nil)
+	if err != nil {
+		return nil, err
+	}
+	f := &fixture{dir: dir, store: st, layouts: map[int]shards.Layout{1: m.Layouts[0]}}
+	cs := shards.CostsOf(m.Config, ovrt.F32, ovrt.F32)
+	for _, n := range []int{2, 3} {
+		stages, err := shards.BalancedSplit(cs, shards.DefaultProfile, n)
+		if err != nil {
+			return nil, err
+		}
+		if m, mc, err = st.Split(ctx, mc, stages, ovrt.F32, "balanced", nil); err != nil {
+			return nil, err
+		}
+		f.layouts[n] = m.Layouts[len(m.Layouts)-1]
+	}
+	f.manifest, f.mc = m, mc
+	if f.whole, err = ovrt.Compile(w); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// copyTo puts the given stored files into the store of home.
+func (f *fixture) copyTo(t testing.TB, home string, cids ...string) {
+	t.Helper()
+	st, err := shards.Open(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, s := range cids {
+		var b bytes.Buffer
+		if err := f.store.Blocks.Export(context.Background(), cid.MustParse(s), &b); err != nil {
+			t.Fatal(err)
+		}
+		got, err := st.Blocks.AddFile(context.Background(), &b, nil)
+		if err != nil || got.String() != s {
+			t.Fatalf("copy %s: got %s, %v", s, got, err)
+		}
+	}
+}
+
+// startNodes runs one node per shard of layout, the first the bootstrap
+// of the others, on loopback.
+func startNodes(t testing.TB, f *fixture, l shards.Layout) []*node.Node {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	var nodes []*node.Node
+	for i, s := range l.Shards {
+		home := filepath.Join(t.TempDir(), fmt.Sprint("node", i))
+		f.copyTo(t, home, s.CID, f.mc.String(), f.manifest.Tokenizer.CID)
+		cfg := node.Config{Home: home, Shard: s.CID, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Threads: 1}
+		if i > 0 {
+			cfg.Bootstrap = nodes[0].Addrs()
+		}
+		n, err := node.New(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		go n.Run(ctx)
+		nodes = append(nodes, n)
+	}
+	return nodes
+}
+
+func routeOf(l shards.Layout, nodes []*node.Node) []swarm.Hop {
+	var r []swarm.Hop
+	for i, s := range l.Shards {
+		st := s.Stage()
+		r = append(r, swarm.Hop{Peer: nodes[i].Host.Peerstore().PeerInfo(nodes[i].ID()), Shard: s.CID,
+			Start: st.Start, End: st.End, HeadLo: st.HeadLo, HeadHi: st.HeadHi})
+	}
+	return r
+}
+
+func localIDs(t testing.TB, f *fixture, prompt []int, n int, p sample.Params) []int {
+	t.Helper()
+	l, err := generate.NewLocal(p, f.whole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := generate.Run(context.Background(), l, prompt, generate.Options{MaxTokens: n, IgnoreEOS: true, Seed: p.Seed, Context: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.IDs
+}
+
+func TestRouteGeneratesLikeLocal(t *testing.T) {
+	f := getFixture(t)
+	prompt := []int{1, 450, 8338, 265}
+	for _, n := range []int{1, 2, 3} {
+		nodes := startNodes(t, f, f.layouts[n])
+		c, err := swarm.New(context.Background(), swarm.Config{Home: t.TempDir(), Bootstrap: nodes[0].Addrs(), Listen: []string{"/ip4/127.0.0.1/tcp/0"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		for _, p := range []sample.Params{{}, {Temp: 0.9, TopP: 0.9, Seed: 11}} {
+			t.Run(fmt.Sprintf("stages=%d/temp=%v", n, p.Temp), func(t *testing.T) {
+				s, err := c.Open(context.Background(), routeOf(f.layouts[n], nodes), swarm.SessionOptions{ModelID: f.manifest.ModelID, Sampling: p, Vocab: 32000, Timeout: 20 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				r, err := generate.Run(context.Background(), s, prompt, generate.Options{MaxTokens: 30, IgnoreEOS: true, Seed: p.Seed, Context: 256})
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := localIDs(t, f, prompt, 30, p)
+				if fmt.Sprint(r.IDs) != fmt.Sprint(want) {
+					t.Fatalf("swarm generated\n%v\nlocal\n%v", r.IDs, want)
+				}
+				if len(s.Trace) != n {
+					t.Fatalf("trace has %d hops, want %d", len(s.Trace), n)
+				}
+			})
+		}
+	}
+}
