@@ -22,9 +22,9 @@ func cpuid(leaf, subleaf uint32) (eax, ebx, ecx, edx uint32)
 
 func xgetbv0() (eax, edx uint32)
 
-// cpuFeatures reports what the CPU and the OS support: AVX2 with FMA and
-// F16C (and OS-saved ymm state), and AVX-512F (and OS-saved zmm and opmask
-// state).
+// cpuFeatures reports what the CPU and the OS support: AVX2 with FMA (and
+// OS-saved ymm state), and AVX-512F (and OS-saved zmm and opmask state).
+// F16C is not needed: the kernels look block scales up in f16Table.
 func cpuFeatures() (avx2, avx512 bool) {
 	maxLeaf, _, _, _ := cpuid(0, 0)
 	if maxLeaf < 7 {
@@ -35,9 +35,8 @@ func cpuFeatures() (avx2, avx512 bool) {
 		fma     = 1 << 12
 		osxsave = 1 << 27
 		avx     = 1 << 28
-		f16c    = 1 << 29
 	)
-	if ecx1&(fma|osxsave|avx|f16c) != fma|osxsave|avx|f16c {
+	if ecx1&(fma|osxsave|avx) != fma|osxsave|avx {
 		return false, false
 	}
 	xcr0, _ := xgetbv0()

@@ -118,9 +118,10 @@
 //
 // On amd64 (without the purego build tag) dispatch_amd64.go asks CPUID and
 // XGETBV once at init: AVX-512F with OS-enabled zmm state selects the
-// "avx512" backend, AVX2+FMA+F16C with OS-enabled ymm state selects "avx2",
-// and anything else "generic". The AVX-512 kernels use only AVX512F
-// instructions besides AVX2 ones. Every other GOOS/GOARCH, and any build
+// "avx512" backend, AVX2+FMA with OS-enabled ymm state selects "avx2", and
+// anything else "generic". The AVX-512 kernels use only AVX512F instructions
+// besides AVX2 ones (no BW, VL or DQ), and neither path needs F16C since
+// scales come from f16Table. Every other GOOS/GOARCH, and any build
 // with -tags purego, compiles dispatch_other.go and uses the Go code only.
 // Tests and benchmarks reach every backend the CPU supports through
 // backends(), so one test run checks them all against each other; running
