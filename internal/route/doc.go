@@ -48,9 +48,8 @@
 // never the other way. RTTs come from the caller's [RTT] function, where
 // "" is the client, unknown links cost Options.DefaultRTTMicros, and a peer
 // to itself costs 0 (a peer serving two consecutive ranges passes the
-// hidden state in process). Negative or non-numeric inputs count as 0 (or,
-// for RTTs, as unknown) and every term is capped at 10^15 µs, so costs
-// stay finite.
+// hidden state in process). Negative or NaN inputs count as 0 (RTTs as
+// unknown) and every term is capped at 10^15 µs, so costs stay finite.
 //
 // # Planning
 //

@@ -131,8 +131,9 @@ func (s Server) Range() Range { return Range{s.Start, s.End, s.HeadLo, s.HeadHi}
 // RTT reports the measured round-trip time in microseconds between two
 // peers; "" is the client, so RTT("", x) is the client's link to x, RTT(x,
 // "") the link from x back to it, and RTT(x, y) the link between servers.
-// ok = false means unknown, and so does a negative, NaN or infinite value:
-// Options.DefaultRTTMicros is used instead. Plan never asks about a peer
+// ok = false means unknown, and so does a negative or NaN value:
+// Options.DefaultRTTMicros is used instead. (+Inf is as bad as a link can
+// be: the cap on every term, 10^15 µs.) Plan never asks about a peer
 // and itself: that costs nothing. RTT must answer the same question the
 // same way during one call. A nil RTT knows nothing.
 type RTT func(a, b string) (micros float64, ok bool)
@@ -248,8 +249,14 @@ func nonneg(x float64) float64 {
 // sums of a few dozen terms stay finite and comparable.
 const maxMicros = 1e15
 
-// micros is x as a term of a cost: in [0, maxMicros], 0 if not a number.
-func micros(x float64) float64 { return min(nonneg(x), maxMicros) }
+// micros is x as a term of a cost: x capped to [0, maxMicros], 0 if not a
+// number.
+func micros(x float64) float64 {
+	if math.IsNaN(x) || x < 0 {
+		return 0
+	}
+	return min(x, maxMicros)
+}
 
 // link is the RTT from a to b as Plan uses it.
 func (o *Options) link(rtt RTT, a, b string) float64 {
@@ -257,7 +264,7 @@ func (o *Options) link(rtt RTT, a, b string) float64 {
 		return 0
 	}
 	if rtt != nil {
-		if v, ok := rtt(a, b); ok && finite(v) && v >= 0 {
+		if v, ok := rtt(a, b); ok && v >= 0 {
 			return min(v, maxMicros)
 		}
 	}
