@@ -14,6 +14,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/pipeshard/pipeshard/internal/fetch"
 	"github.com/pipeshard/pipeshard/ovrt"
 	"github.com/pipeshard/pipeshard/shards"
 )
@@ -41,6 +42,8 @@ type Config struct {
 	MaxMemory int64    // bound on shard + KV bytes (0: none)
 	Reprovide time.Duration
 	Stage     StageOptions
+	// Progress, if set, sees a shard fetch's bytes.
+	Progress func(done, total int64)
 	Log       *slog.Logger
 }
 
@@ -70,6 +73,7 @@ type Node struct {
 	Store  *shards.Store
 	Stage  *Stage
 	Header *shards.Header
+	Fetch  *fetch.Service // serves the store's blocks; fetches a missing shard
 	model  *ovrt.Model
 	log    *slog.Logger
 	// announced are the CIDs the node provides: its shard, its model's
@@ -116,6 +120,14 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		n.Close()
 		return nil, fmt.Errorf("node: dht bootstrap: %w", err)
 	}
+	if n.Fetch, err = fetch.New(ctx, n.Host, n.DHT, n.Store.Blocks, fetch.WithLogger(n.log)); err != nil {
+		n.Close()
+		return nil, err
+	}
+	if err := n.ensureShard(ctx); err != nil {
+		n.Close()
+		return nil, err
+	}
 	if err := n.load(ctx); err != nil {
 		n.Close()
 		return nil, err
@@ -123,14 +135,24 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	return n, nil
 }
 
+// ensureShard fetches the shard from peers when the store lacks it,
+// checking every block.
+func (n *Node) ensureShard(ctx context.Context) error {
+	c, _ := cid.Decode(n.cfg.Shard)
+	if has, err := n.Store.Blocks.Has(ctx, c); err == nil && has {
+		return nil
+	}
+	n.log.Info("fetching shard from peers", "shard", c)
+	if err := n.Fetch.Fetch(ctx, c, n.cfg.Progress); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrNoShard, c, err)
+	}
+	return nil
+}
+
 // load reads the shard from the store (every block verified) and
 // compiles it.
 func (n *Node) load(ctx context.Context) error {
 	c, _ := cid.Decode(n.cfg.Shard)
-	has, err := n.Store.Blocks.Has(ctx, c)
-	if err != nil || !has {
-		return fmt.Errorf("%w: %s is not in %s (import or split it there first)", ErrNoShard, c, n.cfg.Home)
-	}
 	w, h, err := n.Store.LoadShard(ctx, c)
 	if err != nil {
 		return err
@@ -214,6 +236,9 @@ func (n *Node) provideLoop(ctx context.Context) {
 func (n *Node) Close() error {
 	if n.model != nil {
 		n.model.Close()
+	}
+	if n.Fetch != nil {
+		n.Fetch.Close()
 	}
 	if n.DHT != nil {
 		n.DHT.Close()

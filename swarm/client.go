@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/ipfs/go-cid"
@@ -13,6 +14,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/p2p/protocol/ping"
 
+	"github.com/pipeshard/pipeshard/internal/fetch"
 	"github.com/pipeshard/pipeshard/internal/wire"
 	"github.com/pipeshard/pipeshard/node"
 	"github.com/pipeshard/pipeshard/shards"
@@ -33,6 +35,10 @@ type Client struct {
 	Store *shards.Store
 	res   *results
 	log   *slog.Logger
+
+	fetchOnce sync.Once
+	fetch     *fetch.Service
+	fetchErr  error
 }
 
 // New starts a client host, joins the DHT through the bootstrap peers,
@@ -74,6 +80,9 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 
 // Close shuts the client down.
 func (c *Client) Close() error {
+	if c.fetch != nil {
+		c.fetch.Close()
+	}
 	if c.DHT != nil {
 		c.DHT.Close()
 	}

@@ -190,3 +190,46 @@ func TestRouteGeneratesLikeLocal(t *testing.T) {
 		}
 	}
 }
+
+// TestDiscoverFromBootstrapAndModelCID is the client's whole path: it
+// knows only one bootstrap address and the model CID.
+func TestDiscoverFromBootstrapAndModelCID(t *testing.T) {
+	f := getFixture(t)
+	nodes := startNodes(t, f, f.layouts[3])
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := swarm.New(ctx, swarm.Config{Home: t.TempDir(), Bootstrap: nodes[1].Addrs(), Listen: []string{"/ip4/127.0.0.1/tcp/0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	m, err := c.Resolve(ctx, f.mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := c.Tokenizer(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hops, r, provs, err := c.FindRoute(ctx, m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d providers; route %v, expected %.0f µs per token", len(provs), r.IDs(), r.ExpectedMicros)
+	if len(hops) != 3 {
+		t.Fatalf("route of %d hops, the swarm serves one 3-stage layout", len(hops))
+	}
+	s, err := c.Open(ctx, hops, swarm.SessionOptions{ModelID: m.ModelID, Vocab: m.Config.Vocab})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	prompt := tok.Encode("Once upon a time", true)
+	got, err := generate.Run(ctx, s, prompt, generate.Options{MaxTokens: 20, IgnoreEOS: true, Context: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := localIDs(t, f, prompt, 20, sample.Params{}); fmt.Sprint(got.IDs) != fmt.Sprint(want) {
+		t.Fatalf("swarm %v, local %v", got.IDs, want)
+	}
+}
