@@ -44,7 +44,7 @@ type Config struct {
 	Stage     StageOptions
 	// Progress, if set, sees a shard fetch's bytes.
 	Progress func(done, total int64)
-	Log       *slog.Logger
+	Log      *slog.Logger
 }
 
 // Validate checks c.

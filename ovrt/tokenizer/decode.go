@@ -37,10 +37,12 @@ func (t *Tokenizer) DecodeChecked(ids []int) (string, error) {
 // with Flush yields exactly Decode of the whole sequence.
 //
 // Rules:
-//   - A Normal token contributes its text, with "▁" as a space.
+//   - A Normal token contributes its text, with "▁" as a space; in a
+//     byte-level BPE vocabulary, the bytes its characters stand for ("Ġ" is
+//     a space), which need not be whole UTF-8 characters.
 //   - A Byte token contributes its single raw byte. Bytes are held back
 //     until they complete a UTF-8 character, so a character split over
-//     several byte tokens is emitted whole, once its last byte arrives.
+//     several tokens is emitted whole, once its last byte arrives.
 //     Bytes that can no longer become valid UTF-8 are emitted as one U+FFFD
 //     per maximal invalid subsequence (the Unicode "substitution of maximal
 //     subparts" practice), as soon as that is certain.
@@ -51,6 +53,8 @@ func (t *Tokenizer) DecodeChecked(ids []int) (string, error) {
 //     llama2.c strips a leading space after BOS). No space is dropped at the
 //     start of a stream without BOS, so a decoder fed only the continuation
 //     of a prompt prints " upon a time" after "Once".
+//     A byte-level BPE tokenizer (Llama 3) adds no dummy prefix and so
+//     drops nothing.
 //
 // A Decoder is not safe for concurrent use. Its zero value is not usable;
 // create one with Tokenizer.NewDecoder.
@@ -72,7 +76,7 @@ func (d *Decoder) Next(id int) string {
 	case id < 0 || id >= len(t.surface):
 		s = replacement
 	case id == t.bos:
-		d.strip = true
+		d.strip = t.bpe == nil // only SentencePiece has a dummy prefix
 		return ""
 	default:
 		s = t.surface[id]

@@ -7,25 +7,47 @@ import (
 
 // Encode turns text into token ids, with the BOS id first when bos is true.
 //
-// It is SentencePiece's BPE with byte fallback, as Llama 2's tokenizer and
-// llama2.c run it: a space is prepended to non-empty text (the dummy
-// prefix); the text is split into UTF-8 characters (each byte of invalid
-// UTF-8 is a character of its own); then, repeatedly, the adjacent pair
-// whose concatenation is a Normal piece of highest score is merged, the
-// leftmost pair winning ties, until no pair merges. A resulting symbol that
-// is not a piece (a character outside the vocabulary) becomes the byte
-// tokens of its UTF-8 bytes, or the unknown token for a byte without one.
+// For a SentencePiece tokenizer (Model "llama") it is SentencePiece's BPE
+// with byte fallback, as Llama 2's tokenizer and llama2.c run it: a space
+// is prepended to non-empty text (the dummy prefix); the text is split into
+// UTF-8 characters (each byte of invalid UTF-8 is a character of its own);
+// then, repeatedly, the adjacent pair whose concatenation is a Normal piece
+// of highest score is merged, the leftmost pair winning ties, until no pair
+// merges. A resulting symbol that is not a piece (a character outside the
+// vocabulary) becomes the byte tokens of its UTF-8 bytes, or the unknown
+// token for a byte without one.
 //
-// Control text such as "<s>" is encoded as plain text, never as a control
-// token. Encode runs in O(n log n) time for n characters; it panics if text
-// is 2 GiB or longer.
+// For a byte-level BPE tokenizer (Model "gpt2", Llama 3) the text is cut
+// into pieces by Llama 3's pre-tokenizer (words with their leading space,
+// numbers of up to three digits, punctuation runs, whitespace; see the
+// package documentation). A piece that is a whole Normal token becomes
+// that token; otherwise each of its bytes becomes its single-byte token,
+// and, repeatedly, the adjacent pair with the best (lowest) merge rank is
+// merged, the leftmost pair winning ties, until no merge rule applies. No
+// dummy prefix is added. Invalid UTF-8 is encoded byte for byte.
+//
+// Either way, control text such as "<s>" or "<|eot_id|>" is encoded as
+// plain text, never as a control token. Encode runs in O(n log n) time for
+// n bytes; it panics if text is 2 GiB or longer.
 func (t *Tokenizer) Encode(text string, bos bool) []int {
-	ids := make([]int, 0, 2+len(text)/3)
+	var ids []int
+	if t.bpe != nil {
+		ids, _ = t.encodeBPE(text, bos)
+	} else {
+		ids, _ = t.encodeSP(text, bos)
+	}
+	return ids
+}
+
+// encodeSP is Encode for a SentencePiece tokenizer. steps counts heap
+// operations, for tests of the running time.
+func (t *Tokenizer) encodeSP(text string, bos bool) (ids []int, steps int) {
+	ids = make([]int, 0, 2+len(text)/3)
 	if bos {
 		ids = append(ids, t.bos)
 	}
 	if text == "" {
-		return ids
+		return ids, 0
 	}
 	s := " " + text
 	if len(s) > math.MaxInt32 {
@@ -75,8 +97,10 @@ func (t *Tokenizer) Encode(text string, bos bool) []int {
 			}
 		}
 		h.init()
+		steps += len(h)
 		for len(h) > 0 {
 			p := h.pop()
+			steps++
 			l, r := &sym[p.left], &sym[p.right]
 			if l.size == 0 || r.size == 0 || l.next != p.right || l.size+r.size != p.size {
 				continue // stale: one side has merged since this pair was queued
@@ -92,11 +116,13 @@ func (t *Tokenizer) Encode(text string, bos bool) []int {
 			if l.prev >= 0 {
 				if q, ok := candidate(l.prev, p.left); ok {
 					h.push(q)
+					steps++
 				}
 			}
 			if l.next >= 0 {
 				if q, ok := candidate(p.left, l.next); ok {
 					h.push(q)
+					steps++
 				}
 			}
 		}
@@ -117,7 +143,7 @@ func (t *Tokenizer) Encode(text string, bos bool) []int {
 			}
 		}
 	}
-	return ids
+	return ids, steps
 }
 
 // adjacent reports whether characters a and b (each one UTF-8 character,

@@ -21,6 +21,11 @@ var (
 	// ErrVocab: an explicit vocabulary given to New is inconsistent.
 	ErrVocab = errors.New("tokenizer: invalid vocabulary")
 
+	// ErrUnsupported: a vocabulary asks for a feature this package does
+	// not implement, such as a byte-level BPE pre-tokenizer other than
+	// Llama 3's.
+	ErrUnsupported = errors.New("tokenizer: unsupported tokenizer")
+
 	// ErrTokenID: a token id lies outside the vocabulary.
 	ErrTokenID = errors.New("tokenizer: bad token id")
 )

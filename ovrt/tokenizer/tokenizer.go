@@ -40,9 +40,12 @@ const spaceMark = "\u2581"
 // decode to.
 const replacement = "\uFFFD"
 
-// Tokenizer is a SentencePiece-style BPE tokenizer with byte fallback. It is
-// immutable once built, so one Tokenizer may serve any number of goroutines;
-// a Decoder, in contrast, belongs to one stream.
+// Tokenizer is a tokenizer of one of two models: SentencePiece-style BPE by
+// scores with byte fallback (Llama 1 and 2; built by New, Parse and Load) or
+// byte-level BPE with ranked merges (Llama 3; built by NewBPE). Model tells
+// which. Both share one API, so callers need not care. It is immutable once
+// built, so one Tokenizer may serve any number of goroutines; a Decoder, in
+// contrast, belongs to one stream.
 type Tokenizer struct {
 	pieces  []string // SentencePiece/GGUF form: "▁Once", "<0x0A>", "<s>"
 	surface []string // what the token decodes to: " Once", "\n", ""
@@ -54,7 +57,9 @@ type Tokenizer struct {
 
 	merge  map[string]int32    // surface text of Normal pieces -> id (lowest id wins)
 	maxLen int                 // longest key of merge, in bytes
-	adj    map[uint64]struct{} // pairs of characters adjacent in some merge key
+	adj    map[uint64]struct{} // pairs of characters adjacent in some merge key (SentencePiece only)
+
+	bpe *bpeModel // the byte-level BPE model (NewBPE), nil for SentencePiece
 }
 
 // New builds a tokenizer from an explicit vocabulary in SentencePiece/GGUF
@@ -194,11 +199,14 @@ func (t *Tokenizer) BOS() int { return t.bos }
 // EOS returns the end-of-sequence id.
 func (t *Tokenizer) EOS() int { return t.eos }
 
-// Unk returns the unknown-token id, or -1 when the vocabulary has none.
+// Unk returns the unknown-token id, or -1 when the vocabulary has none. A
+// byte-level BPE tokenizer has none: it spells every byte.
 func (t *Tokenizer) Unk() int { return t.unk }
 
-// Piece returns token id's piece in SentencePiece form ("▁Once", "<0x0A>",
-// "<s>"), or "" for an id outside the vocabulary.
+// Piece returns token id's piece as the vocabulary spells it: in
+// SentencePiece form ("▁Once", "<0x0A>", "<s>"), or for byte-level BPE in
+// GPT-2's byte alphabet ("Ġworld", "Ċ", "<|begin_of_text|>"); "" for an id
+// outside the vocabulary.
 func (t *Tokenizer) Piece(id int) string {
 	if id < 0 || id >= len(t.pieces) {
 		return ""
@@ -215,7 +223,7 @@ func (t *Tokenizer) Kind(id int) Kind {
 }
 
 // Score returns token id's merge score, or 0 for an id outside the
-// vocabulary.
+// vocabulary. Byte-level BPE ranks merges instead, and its scores are 0.
 func (t *Tokenizer) Score(id int) float32 {
 	if id < 0 || id >= len(t.scores) {
 		return 0
@@ -238,6 +246,10 @@ func (t *Tokenizer) CheckID(id int) error {
 // llama2.c tokenizer.bin "<unk>", "<s>" and "</s>" for ids 0, 1 and 2. The
 // pieces of a llama2.c file are all distinct in this form even though its
 // stored strings are not.
+//
+// For a byte-level BPE tokenizer, pieces are its tokens as given to NewBPE
+// (tokenizer.ggml.tokens), the scores are 0, and Merges, Model and Pre
+// give the rest of its GGUF keys.
 func (t *Tokenizer) Vocab() (pieces [][]byte, scores []float32, kinds []Kind) {
 	pieces = make([][]byte, len(t.pieces))
 	for i, p := range t.pieces {

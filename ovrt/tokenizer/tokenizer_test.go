@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 	"unicode/utf8"
 
 	"github.com/pipeshard/pipeshard/internal/testmodel"
@@ -637,24 +636,47 @@ func TestRealFileErrors(t *testing.T) {
 	}
 }
 
-// TestEncodeLong checks that a long prompt encodes in well under a second
-// (Encode is O(n log n)) and still matches the reference on its pieces.
-func TestEncodeLong(t *testing.T) {
-	for _, nt := range testTokenizers(t) {
-		tok := nt.Tokenizer
-		for _, text := range []string{storyText(100 << 10), strings.Repeat("a", 100<<10), randomText(rand.New(rand.NewPCG(7, 8)), 100<<10)} {
-			start := time.Now()
-			ids := tok.Encode(text, true)
-			el := time.Since(start)
-			// The bound is only enforced without instrumentation, which
-			// slows the heap operations tenfold or more.
-			if !raceEnabled && testing.CoverMode() == "" && el > time.Second {
-				t.Errorf("encoding %d bytes took %v", len(text), el)
+// TestEncodeWork checks that encoding is linear in heap operations on
+// long and adversarial text (runs of one letter, of spaces, of emoji,
+// numbers, prose, random text): each merge pushes at most two
+// candidates and pops at most one, so a text of n bytes takes at most
+// about 3n pushes and 3n pops. A quadratic regression (re-queuing every
+// pair after each merge, say) shows up here without timing anything;
+// BenchmarkEncode100KB measures the speed.
+func TestEncodeWork(t *testing.T) {
+	toks := map[string]*Tokenizer{"synthetic": synthTokenizer(t)}
+	for name, tok := range bpeTokenizers(t) {
+		toks["bpe-"+name] = tok
+	}
+	t.Run("stories15M", func(t *testing.T) { toks["stories15M"] = realTokenizer(t) })
+	const n = 100 << 10
+	texts := map[string]string{
+		"story":  storyText(n),
+		"a":      strings.Repeat("a", n),
+		"spaces": strings.Repeat(" ", n),
+		"emoji":  strings.Repeat("😀", n/4),
+		"digits": strings.Repeat("1234567890", n/10),
+		"random": randomText(rand.New(rand.NewPCG(7, 8)), n),
+	}
+	for name, tok := range toks {
+		for tname, text := range texts {
+			var ids []int
+			var steps int
+			if tok.bpe != nil {
+				ids, steps = tok.encodeBPE(text, true)
+			} else {
+				ids, steps = tok.encodeSP(text, true)
 			}
-			t.Logf("%d bytes -> %d tokens in %v", len(text), len(ids), el)
+			if limit := 6 * (len(text) + 1); steps > limit {
+				t.Errorf("%s/%s: %d heap operations for %d bytes, over %d", name, tname, steps, len(text), limit)
+			}
+			if !slices.Equal(ids, tok.Encode(text, true)) {
+				t.Errorf("%s/%s: encodings differ", name, tname)
+			}
 			if got := tok.Decode(ids); got != text {
-				t.Error("long text does not round-trip")
+				t.Errorf("%s/%s: does not round-trip", name, tname)
 			}
+			t.Logf("%s/%s: %d bytes -> %d tokens, %d heap operations", name, tname, len(text), len(ids), steps)
 		}
 	}
 }
@@ -756,6 +778,31 @@ func benchEncode(b *testing.B, n int) {
 	for b.Loop() {
 		tok.Encode(text, true)
 	}
+}
+
+// BenchmarkEncode100KB measures encoding 100 KB of prose, of random text
+// and of one repeated letter, with each model.
+func BenchmarkEncode100KB(b *testing.B) {
+	const n = 100 << 10
+	texts := []struct{ name, text string }{
+		{"story", storyText(n)},
+		{"random", randomText(rand.New(rand.NewPCG(7, 8)), n)},
+		{"a", strings.Repeat("a", n)},
+	}
+	run := func(b *testing.B, tok func(testing.TB) *Tokenizer) {
+		for _, c := range texts {
+			b.Run(c.name, func(b *testing.B) {
+				tk := tok(b)
+				b.SetBytes(int64(len(c.text)))
+				b.ReportAllocs()
+				for b.Loop() {
+					tk.Encode(c.text, true)
+				}
+			})
+		}
+	}
+	b.Run("stories15M", func(b *testing.B) { run(b, realTokenizer) })
+	b.Run("bpe", func(b *testing.B) { run(b, func(t testing.TB) *Tokenizer { return trainedVocab().build(t) }) })
 }
 
 func BenchmarkDecoderNext(b *testing.B) {

@@ -1,6 +1,9 @@
 package kernels
 
-import "fmt"
+import (
+	"fmt"
+	"os"
+)
 
 // backend is one implementation of the matrix kernels. The arguments have
 // been validated by the exported wrappers; ntok > 0, r0 < r1 and cols > 0.
@@ -11,9 +14,27 @@ type backend struct {
 	q4   func(out []float32, outStride int, w []byte, cols int, x []float32, xStride, ntok, r0, r1 int)
 }
 
+// ISAEnv names the environment variable that, when set at program start
+// to "generic", "avx2" or "avx512", makes the kernels use that
+// implementation instead of the best one, if the CPU supports it (ISA
+// reports what is in use). Results are the same either way; it exists so
+// that whole-model tests can check exactly that, e.g.
+// OVRT_KERNELS_ISA=generic go test ./ovrt.
+const ISAEnv = "OVRT_KERNELS_ISA"
+
 // active is the backend the exported functions use: the best one the CPU
-// supports, chosen once at init (see dispatch_*.go).
-var active = bestBackend()
+// supports (see dispatch_*.go) or the one ISAEnv asks for, chosen once at
+// init.
+var active = chooseBackend(os.Getenv(ISAEnv))
+
+func chooseBackend(want string) *backend {
+	for _, b := range backends() {
+		if b.name == want {
+			return b
+		}
+	}
+	return bestBackend()
+}
 
 // ISA reports which implementation is active: "avx512", "avx2" or
 // "generic".

@@ -473,3 +473,17 @@ func TestExportedUsesActive(t *testing.T) {
 	}
 	t.Logf("ISA %s; backends %v", ISA(), fmt.Sprint(len(backends())))
 }
+
+func TestChooseBackend(t *testing.T) {
+	for _, b := range backends() {
+		if got := chooseBackend(b.name); got != b {
+			t.Errorf("chooseBackend(%q) = %s", b.name, got.name)
+		}
+	}
+	if got := chooseBackend(""); got != bestBackend() {
+		t.Errorf("default: %s", got.name)
+	}
+	if got := chooseBackend("neon"); got != bestBackend() {
+		t.Errorf("unsupported: %s", got.name)
+	}
+}
