@@ -12,7 +12,9 @@ type Span struct {
 	Head   bool // Lo, Hi are head rows; otherwise layers
 	Lo, Hi int  // [Lo, Hi)
 	// TokensPerSec is the sum of Capacity over the live servers that
-	// compute this part of the model; 0 if none does.
+	// compute this part of the model, each rounded to a thousandth of a
+	// token per second (so that sums are exact and do not depend on the
+	// servers' order); 0 if none does.
 	TokensPerSec float64
 	Servers      int // how many live servers compute it
 }
@@ -21,9 +23,13 @@ type Span struct {
 // position l, head row r is position Layers+r) and its throughput.
 type segment struct {
 	lo, hi  int
-	tps     float64
+	milli   int64 // throughput in thousandths of a token per second
 	servers int
 }
+
+// milli returns a Capacity in thousandths of a token per second. At most
+// 10^12 each, a sum of millions of them fits in an int64.
+func milli(capacity float64) int64 { return int64(math.Round(capacity * 1000)) }
 
 // Coverage describes how well the live servers (not Draining, not Banned,
 // with a range inside the model) serve each layer and each head row, as
@@ -38,7 +44,7 @@ func Coverage(m Model, servers []Server) []Span {
 	segs := coverage(m, servers)
 	spans := make([]Span, 0, len(segs))
 	for _, s := range segs {
-		sp := Span{Lo: s.lo, Hi: s.hi, TokensPerSec: s.tps, Servers: s.servers}
+		sp := Span{Lo: s.lo, Hi: s.hi, TokensPerSec: float64(s.milli) / 1000, Servers: s.servers}
 		if s.lo >= m.Layers {
 			sp.Head, sp.Lo, sp.Hi = true, s.lo-m.Layers, s.hi-m.Layers
 		}
@@ -52,14 +58,14 @@ func Coverage(m Model, servers []Server) []Span {
 func coverage(m Model, servers []Server) []segment {
 	type event struct {
 		at    int
-		tps   float64
+		milli int64
 		delta int
 	}
 	L, end := m.Layers, m.Layers+m.Vocab
 	evs := []event{{at: 0}, {at: L}, {at: end}}
-	add := func(lo, hi int, tps float64) {
+	add := func(lo, hi int, milli int64) {
 		if lo < hi {
-			evs = append(evs, event{lo, tps, 1}, event{hi, -tps, -1})
+			evs = append(evs, event{lo, milli, 1}, event{hi, -milli, -1})
 		}
 	}
 	for _, s := range servers {
@@ -70,41 +76,33 @@ func coverage(m Model, servers []Server) []segment {
 		if err != nil {
 			continue
 		}
-		c := Capacity(s)
+		c := milli(Capacity(s))
 		add(r.Start, r.End, c)
 		if r.End == L {
 			add(L+r.HeadLo, L+r.HeadHi, c)
 		}
 	}
-	slices.SortFunc(evs, func(a, b event) int {
-		if c := cmp.Compare(a.at, b.at); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.tps, b.tps)
-	})
+	slices.SortFunc(evs, func(a, b event) int { return cmp.Compare(a.at, b.at) })
 	var (
-		segs []segment
-		tps  float64
-		n    int
+		segs  []segment
+		milli int64
+		n     int
 	)
 	for i := 0; i < len(evs); {
 		at := evs[i].at
 		for ; i < len(evs) && evs[i].at == at; i++ {
-			tps += evs[i].tps
+			milli += evs[i].milli
 			n += evs[i].delta
-		}
-		if n == 0 {
-			tps = 0 // no rounding residue where nothing serves
 		}
 		if at == end {
 			break
 		}
 		next := evs[i].at
-		if k := len(segs) - 1; k >= 0 && at != L && segs[k].tps == tps && segs[k].servers == n {
+		if k := len(segs) - 1; k >= 0 && at != L && segs[k].milli == milli && segs[k].servers == n {
 			segs[k].hi = next
 			continue
 		}
-		segs = append(segs, segment{lo: at, hi: next, tps: tps, servers: n})
+		segs = append(segs, segment{lo: at, hi: next, milli: milli, servers: n})
 	}
 	return segs
 }
@@ -130,31 +128,32 @@ func Choose(m Model, servers []Server, candidates []Range) (index int, scores []
 	}
 	segs := coverage(m, servers)
 	// least returns the least throughput over positions [lo, hi).
-	least := func(lo, hi int, acc float64) float64 {
+	least := func(lo, hi int, acc int64) int64 {
 		i, _ := slices.BinarySearchFunc(segs, lo, func(s segment, p int) int {
 			return cmp.Compare(s.hi, p+1) // the first segment with hi > lo
 		})
 		for ; i < len(segs) && segs[i].lo < hi; i++ {
-			acc = min(acc, segs[i].tps)
+			acc = min(acc, segs[i].milli)
 		}
 		return acc
 	}
+	var best int64
 	for i, c := range candidates {
 		r, err := m.Normalize(c)
 		if err != nil {
 			scores[i] = math.NaN()
 			continue
 		}
-		s := math.Inf(1)
+		s := int64(math.MaxInt64)
 		if r.Start < r.End {
 			s = least(r.Start, r.End, s)
 		}
 		if r.End == m.Layers {
 			s = least(m.Layers+r.HeadLo, m.Layers+r.HeadHi, s)
 		}
-		scores[i] = s
-		if index < 0 || s < scores[index] {
-			index = i
+		scores[i] = float64(s) / 1000
+		if index < 0 || s < best {
+			index, best = i, s
 		}
 	}
 	return index, scores

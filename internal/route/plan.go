@@ -291,7 +291,7 @@ func (g *graph) shortest(servers []Server, rtt RTT, o *Options) []int32 {
 			best, bestT := math.Inf(1), int32(-1)
 			for _, t := range preds {
 				lb := cost[t] + obj
-				if lb >= best || lb+after > limit {
+				if lb > best || lb+after > limit {
 					break
 				}
 				c := g.step(servers, rtt, o, t, cost, h)

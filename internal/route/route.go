@@ -271,14 +271,18 @@ func (o *Options) link(rtt RTT, a, b string) float64 {
 	return min(o.DefaultRTTMicros, maxMicros)
 }
 
+// maxCapacity caps Capacity: a billion tokens a second.
+const maxCapacity = 1e9
+
 // Capacity is the throughput Coverage and the load penalty count for s:
-// TokensPerSec, or 1e6/ComputeMicros (batch 1) if it reported none, or 0.
+// TokensPerSec, or 1e6/ComputeMicros (batch 1) if it reported none, or 0;
+// at most 10^9.
 func Capacity(s Server) float64 {
 	if tps := nonneg(s.TokensPerSec); tps > 0 {
-		return tps
+		return min(tps, maxCapacity)
 	}
 	if c := nonneg(s.ComputeMicros); c > 0 {
-		return 1e6 / c
+		return min(1e6/c, maxCapacity)
 	}
 	return 0
 }
