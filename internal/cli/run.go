@@ -250,6 +250,9 @@ func (g *genRequest) run(ctx context.Context, env *Env, fwd generate.Backend, ex
 		"stopped":              res.Stopped,
 	}
 	for k, v := range extra {
+		if f, ok := v.(jsonFunc); ok {
+			v = f()
+		}
 		out[k] = v
 	}
 	enc := json.NewEncoder(env.Stdout)

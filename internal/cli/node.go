@@ -1,0 +1,123 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/pipeshard/pipeshard/internal/models"
+	"github.com/pipeshard/pipeshard/node"
+)
+
+func init() {
+	register(&Command{
+		Name:  "node",
+		Short: "run a volunteer node: join the DHT, host a shard, serve activations",
+		Usage: "--shard CID [--bootstrap MA,...] [--home DIR] [--listen MA,...] [--json]",
+		Long: `Joins the pipeshard DHT through --bootstrap (the first node needs none),
+hosts one shard, announces it and its model, and serves the stage protocol
+until interrupted. A shard missing from --home is fetched from peers by CID,
+every block checked. On start it prints its peer ID and full addresses
+(with --json: one object with peer_id and addrs) for others to bootstrap from.`,
+		Examples: []string{
+			"pipeshard node --shard bafy... --listen /ip4/0.0.0.0/tcp/4001,/ip4/0.0.0.0/udp/4001/quic-v1",
+			"pipeshard node --home ~/.pipeshard-2 --shard bafy... --bootstrap /ip4/192.0.2.7/tcp/4001/p2p/12D3KooW...",
+		},
+		Flags: func(fs *flag.FlagSet) {
+			fs.String("home", models.Home(), "node home: identity key and block store")
+			fs.String("shard", "", "CID of the shard to host")
+			fs.String("bootstrap", "", "comma-separated full multiaddrs of peers to join through")
+			fs.String("listen", "", "comma-separated multiaddrs to listen on (default: TCP and QUIC, any port)")
+			fs.Int("threads", 0, "runtime threads (0: all cores)")
+			fs.String("max-memory", "", "bound on shard and KV cache bytes, e.g. 2GiB")
+			fs.Bool("json", false, "print the start line as JSON")
+			fs.String("log-level", "info", "debug, info, warn or error")
+		},
+		Run: runNode,
+	})
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func logger(env *Env, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level %q", level)
+	}
+	return slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+func runNode(ctx context.Context, env *Env, fs *flag.FlagSet) error {
+	log, err := logger(env, flagString(fs, "log-level"))
+	if err != nil {
+		return err
+	}
+	mem, err := parseBytes(flagString(fs, "max-memory"))
+	if err != nil {
+		return usagef("--max-memory: %v", err)
+	}
+	cfg := node.Config{
+		Home:      flagString(fs, "home"),
+		Shard:     flagString(fs, "shard"),
+		Bootstrap: splitList(flagString(fs, "bootstrap")),
+		Listen:    splitList(flagString(fs, "listen")),
+		Threads:   flagInt(fs, "threads"),
+		MaxMemory: mem,
+		Log:       log,
+		Progress:  newProgress(env.Stderr, "fetching shard").update,
+	}
+	if cfg.Shard == "" {
+		return usagef("--shard is required")
+	}
+	n, err := node.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	if flagBool(fs, "json") {
+		json.NewEncoder(env.Stdout).Encode(map[string]any{"peer_id": n.ID().String(), "addrs": n.Addrs(),
+			"shard": cfg.Shard, "model_id": n.Header.ModelID, "layers": []int{n.Header.Start, n.Header.End}})
+	} else {
+		fmt.Fprintf(env.Stdout, "peer %s layers %d:%d addrs %s\n", n.ID(), n.Header.Start, n.Header.End, strings.Join(n.Addrs(), " "))
+	}
+	if f, ok := env.Stdout.(interface{ Sync() error }); ok {
+		f.Sync()
+	}
+	return n.Run(ctx)
+}
+
+// parseBytes reads sizes like 512MiB, 2GiB, 1.5GB or a plain byte count.
+func parseBytes(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	units := []struct {
+		suffix string
+		mult   float64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
+	for _, u := range units {
+		if strings.HasSuffix(s, u.suffix) {
+			var v float64
+			if _, err := fmt.Sscan(strings.TrimSuffix(s, u.suffix), &v); err != nil || v < 0 {
+				return 0, fmt.Errorf("%q is not a size", s)
+			}
+			return int64(v * u.mult), nil
+		}
+	}
+	var v int64
+	if _, err := fmt.Sscan(s, &v); err != nil || v < 0 {
+		return 0, fmt.Errorf("%q is not a size", s)
+	}
+	return v, nil
+}

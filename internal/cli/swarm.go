@@ -1,0 +1,258 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ipfs/go-cid"
+
+	"github.com/pipeshard/pipeshard/internal/generate"
+	"github.com/pipeshard/pipeshard/internal/models"
+	"github.com/pipeshard/pipeshard/swarm"
+)
+
+func init() {
+	client := func(fs *flag.FlagSet) {
+		fs.String("bootstrap", "", "comma-separated full multiaddrs of swarm peers")
+		fs.String("home", filepath.Join(models.Home(), "client"), "client home: cached manifests and tokenizers")
+		fs.String("listen", "", "comma-separated multiaddrs for results to arrive on (default: any port)")
+		fs.Duration("timeout", 60*time.Second, "how long to look for a route")
+		fs.String("log-level", "warn", "debug, info, warn or error")
+	}
+	register(&Command{
+		Name:  "swarm",
+		Short: "use a swarm: generate through it, list its nodes, show a route",
+		Usage: "generate|ls|route --bootstrap MA --model CID ...",
+		Sub: []*Command{
+			{
+				Name: "generate", Short: "generate text through the swarm",
+				Usage: "--bootstrap MA --model CID (--prompt TEXT | --prompt-ids 1,2,3) [flags]",
+				Long: `Knowing only a bootstrap address and the model CID, finds the providers of
+every layer range in the DHT, picks the route of least expected latency, and
+streams each token's hidden state through it. Takes the same generation flags
+as run; --json adds the route and per-hop timings.`,
+				Examples: []string{`pipeshard swarm generate --bootstrap /ip4/127.0.0.1/tcp/4001/p2p/12D3KooW... --model bafk... --prompt "Once upon a time"`},
+				Flags: func(fs *flag.FlagSet) {
+					genFlags(fs)
+					client(fs)
+					fs.Bool("f16", false, "send hidden states as fp16 (half the bytes; may change rare tokens)")
+				},
+				Run: swarmGenerate,
+			},
+			{
+				Name: "ls", Short: "list the nodes serving a model and its layer coverage",
+				Usage: "--bootstrap MA --model CID",
+				Flags: func(fs *flag.FlagSet) { client(fs); fs.String("model", "", "model CID") },
+				Run:   swarmLs,
+			},
+			{
+				Name: "route", Short: "show the route the client would take",
+				Usage: "--bootstrap MA --model CID",
+				Flags: func(fs *flag.FlagSet) { client(fs); fs.String("model", "", "model CID") },
+				Run:   swarmRoute,
+			},
+		},
+	})
+}
+
+// connect starts a client and resolves the model.
+func connect(ctx context.Context, env *Env, fs *flag.FlagSet) (*swarm.Client, cid.Cid, error) {
+	log, err := logger(env, flagString(fs, "log-level"))
+	if err != nil {
+		return nil, cid.Undef, err
+	}
+	boot := splitList(flagString(fs, "bootstrap"))
+	if len(boot) == 0 {
+		return nil, cid.Undef, usagef("--bootstrap is required")
+	}
+	mc, err := cid.Decode(flagString(fs, "model"))
+	if err != nil {
+		return nil, cid.Undef, usagef("--model must be a model CID: %v", err)
+	}
+	c, err := swarm.New(ctx, swarm.Config{Home: flagString(fs, "home"), Bootstrap: boot, Listen: splitList(flagString(fs, "listen")), Log: log})
+	return c, mc, err
+}
+
+func swarmGenerate(ctx context.Context, env *Env, fs *flag.FlagSet) error {
+	c, mc, err := connect(ctx, env, fs)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	fctx, cancel := context.WithTimeout(ctx, fs.Lookup("timeout").Value.(flag.Getter).Get().(time.Duration))
+	defer cancel()
+	m, err := c.Resolve(fctx, mc)
+	if err != nil {
+		return err
+	}
+	tok, err := c.Tokenizer(fctx, m)
+	if err != nil && flagString(fs, "prompt") != "" {
+		return err
+	}
+	g, err := parseGen(fs, m.Config, "", tok)
+	if err != nil {
+		return err
+	}
+	hops, plan, _, err := c.FindRoute(fctx, m, nil)
+	if err != nil {
+		return err
+	}
+	s, err := c.Open(ctx, hops, swarm.SessionOptions{ModelID: m.ModelID, Sampling: g.sampling, Vocab: m.Config.Vocab,
+		Logits: g.logitsOut != "", F16: flagBool(fs, "f16"), MaxLen: m.Config.Context})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	tb := &timedBackend{s: s, hops: len(hops)}
+	err = g.run(ctx, env, tb, map[string]any{"route": routeJSON(hops), "expected_ms_per_token": plan.ExpectedMicros / 1e3, "hops": tb.summary()})
+	if err == nil && !g.json {
+		printRoute(env, hops, tb)
+	}
+	return err
+}
+
+// timedBackend keeps per-hop timings over a generation.
+type timedBackend struct {
+	s       *swarm.Session
+	hops    int
+	steps   int
+	queue   []float64
+	compute []float64
+	wall    time.Duration
+}
+
+func (t *timedBackend) Step(ctx context.Context, st generate.Step) (generate.StepResult, error) {
+	r, err := t.s.Step(ctx, st)
+	if err != nil {
+		return r, err
+	}
+	if t.queue == nil {
+		t.queue, t.compute = make([]float64, t.hops), make([]float64, t.hops)
+	}
+	if len(st.IDs) == 1 { // decode steps only
+		t.steps++
+		t.wall += t.s.StepRTT
+		for _, tr := range t.s.Trace {
+			if int(tr.Hop) < t.hops {
+				t.queue[tr.Hop] += float64(tr.Queue)
+				t.compute[tr.Hop] += float64(tr.Compute)
+			}
+		}
+	}
+	return r, nil
+}
+
+// summary returns a function's worth of per-hop means, filled in lazily
+// (the JSON is written after generation).
+func (t *timedBackend) summary() jsonFunc {
+	return func() any {
+		var out []map[string]any
+		for i := 0; i < t.hops && t.steps > 0; i++ {
+			out = append(out, map[string]any{"hop": i, "compute_ms": t.compute[i] / float64(t.steps) / 1e3, "queue_ms": t.queue[i] / float64(t.steps) / 1e3})
+		}
+		return out
+	}
+}
+
+// jsonFunc is a JSON field computed when the output is written.
+type jsonFunc func() any
+
+func routeJSON(hops []swarm.Hop) []map[string]any {
+	var out []map[string]any
+	for _, h := range hops {
+		e := map[string]any{"peer": h.Peer.ID.String(), "layers": []int{h.Start, h.End}, "shard": h.Shard, "rtt_ms": float64(h.RTT.Microseconds()) / 1e3}
+		if h.HeadHi > 0 {
+			e["head"] = []int{h.HeadLo, h.HeadHi}
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func printRoute(env *Env, hops []swarm.Hop, t *timedBackend) {
+	tw := tabwriter.NewWriter(env.Stderr, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "HOP\tPEER\tLAYERS\tRTT ms\tCOMPUTE ms/token\tQUEUE ms/token")
+	for i, h := range hops {
+		layers := fmt.Sprintf("%d:%d", h.Start, h.End)
+		if h.HeadHi > 0 {
+			layers += fmt.Sprintf(" head %d:%d", h.HeadLo, h.HeadHi)
+		}
+		var comp, q float64
+		if t.steps > 0 {
+			comp, q = t.compute[i]/float64(t.steps)/1e3, t.queue[i]/float64(t.steps)/1e3
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%.2f\t%.2f\t%.2f\n", i, shortID(h.Peer.ID.String()), layers, float64(h.RTT.Microseconds())/1e3, comp, q)
+	}
+	tw.Flush()
+	if t.steps > 0 {
+		fmt.Fprintf(env.Stderr, "mean step (client to client): %.2f ms\n", float64(t.wall.Microseconds())/float64(t.steps)/1e3)
+	}
+}
+
+func swarmLs(ctx context.Context, env *Env, fs *flag.FlagSet) error {
+	c, mc, err := connect(ctx, env, fs)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	m, err := c.Resolve(ctx, mc)
+	if err != nil {
+		return err
+	}
+	provs, err := c.Discover(ctx, m)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "model %s (%s): %d layers\n", mc, m.Name, m.Config.Layers)
+	fmt.Fprintln(tw, "PEER\tLAYERS\tQUANT\tSHARD\tRTT ms")
+	covered := make([]int, m.Config.Layers)
+	for _, p := range provs {
+		st := p.Shard.Stage()
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2f\n", p.Peer.ID, st, p.Shard.Quant, p.Shard.CID, float64(p.RTT.Microseconds())/1e3)
+		for l := st.Start; l < st.End; l++ {
+			covered[l]++
+		}
+	}
+	tw.Flush()
+	fmt.Fprint(env.Stdout, "coverage (providers per layer):")
+	for _, n := range covered {
+		fmt.Fprintf(env.Stdout, " %d", n)
+	}
+	fmt.Fprintln(env.Stdout)
+	return nil
+}
+
+func swarmRoute(ctx context.Context, env *Env, fs *flag.FlagSet) error {
+	c, mc, err := connect(ctx, env, fs)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	m, err := c.Resolve(ctx, mc)
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithTimeout(ctx, fs.Lookup("timeout").Value.(flag.Getter).Get().(time.Duration))
+	defer cancel()
+	hops, plan, _, err := c.FindRoute(fctx, m, nil)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.Stdout, "expected %.2f ms per token\n", plan.ExpectedMicros/1e3)
+	printRoute(&Env{Stdout: env.Stdout, Stderr: env.Stdout}, hops, &timedBackend{hops: len(hops)})
+	return nil
+}
+
+// shortID abbreviates a peer ID for tables.
+func shortID(id string) string {
+	if len(id) <= 12 {
+		return id
+	}
+	return id[:4] + "…" + id[len(id)-6:]
+}
