@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 
@@ -44,6 +45,7 @@ func TestScripts(t *testing.T) {
 			"size-is":       sizeIs,
 			"cmp-ids":       cmpIDs,
 			"jsonfield":     jsonField,
+			"waitfile":      waitFile,
 		},
 	})
 }
@@ -105,4 +107,16 @@ func jsonField(ts *testscript.TestScript, neg bool, args []string) {
 		}
 	}
 	ts.Setenv(args[2], fmt.Sprint(v))
+}
+
+// waitfile FILE waits up to a minute for FILE to exist.
+func waitFile(ts *testscript.TestScript, neg bool, args []string) {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(ts.MkAbs(args[0])); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ts.Fatalf("%s did not appear within a minute", args[0])
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 
 	"github.com/pipeshard/pipeshard/internal/models"
@@ -34,6 +35,7 @@ every block checked. On start it prints its peer ID and full addresses
 			fs.Int("threads", 0, "runtime threads (0: all cores)")
 			fs.String("max-memory", "", "bound on shard and KV cache bytes, e.g. 2GiB")
 			fs.Bool("json", false, "print the start line as JSON")
+			fs.String("addr-file", "", "also write the start line's JSON to this file (for scripts)")
 			fs.String("log-level", "info", "debug, info, warn or error")
 		},
 		Run: runNode,
@@ -85,9 +87,19 @@ func runNode(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 		return err
 	}
 	defer n.Close()
+	info, _ := json.Marshal(map[string]any{"peer_id": n.ID().String(), "addrs": n.Addrs(),
+		"shard": cfg.Shard, "model_id": n.Header.ModelID, "layers": []int{n.Header.Start, n.Header.End}})
+	if f := flagString(fs, "addr-file"); f != "" {
+		tmp := f + ".tmp"
+		if err := os.WriteFile(tmp, append(info, '\n'), 0o644); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, f); err != nil {
+			return err
+		}
+	}
 	if flagBool(fs, "json") {
-		json.NewEncoder(env.Stdout).Encode(map[string]any{"peer_id": n.ID().String(), "addrs": n.Addrs(),
-			"shard": cfg.Shard, "model_id": n.Header.ModelID, "layers": []int{n.Header.Start, n.Header.End}})
+		fmt.Fprintf(env.Stdout, "%s\n", info)
 	} else {
 		fmt.Fprintf(env.Stdout, "peer %s layers %d:%d addrs %s\n", n.ID(), n.Header.Start, n.Header.End, strings.Join(n.Addrs(), " "))
 	}
