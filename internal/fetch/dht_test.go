@@ -47,6 +47,7 @@ func waitFor(ctx context.Context, t testing.TB, what string, cond func() bool) {
 // TestFetchThroughDHT has A provide a file on a four-node DHT and C, which
 // knows only the bootstrap node, find A through the DHT and fetch it.
 func TestFetchThroughDHT(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
 

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -32,11 +33,9 @@ const fileSize = 3<<20 + 1
 
 // testBytes returns n bytes from a generator seeded with seed.
 func testBytes(seed uint64, n int) []byte {
-	r := rand.New(rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), 'f', 'e', 't', 'c', 'h'}))
+	r := rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), 'f', 'e', 't', 'c', 'h'})
 	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
+	r.Read(b)
 	return b
 }
 
@@ -195,6 +194,7 @@ func (p *progressLog) report(done, total int64) {
 }
 
 func TestFetchFromPeer(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
 	a, b := newNode(t, nil, nil), newNode(t, nil, nil)
@@ -226,12 +226,53 @@ func TestFetchFromPeer(t *testing.T) {
 	if n := b.svc.Stats().BlocksFetched - before; n != 0 {
 		t.Errorf("a second Fetch fetched %d blocks", n)
 	}
+}
+
+func TestFetchListsRoot(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	defer cancel()
+	a, b := newNode(t, nil, nil), newNode(t, nil, nil)
+	root := addFile(t, a.store, testBytes(8, fileSize))
+	if err := b.svc.Fetch(ctx, root, nil, FromPeers(a.info())); err != nil {
+		t.Fatal(err)
+	}
 	if !listed(t, b.store, root) {
 		t.Errorf("%s is not listed in B's store: %v", root, b.store.List())
 	}
 }
 
+// TestFetchDeepDAG fetches a file of 175 chunks, whose root has internal
+// nodes for children.
+func TestFetchDeepDAG(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	defer cancel()
+	const size = (blockstore.MaxLinks+1)*blockstore.ChunkSize + 1
+	a, b := newNode(t, nil, nil), newNode(t, nil, nil)
+	data := testBytes(9, size)
+	root := addFile(t, a.store, data)
+	if ls := leaves(t, a.store, root); len(ls) != 2 || ls[0].Type() != cid.DagProtobuf {
+		t.Fatalf("root has children %v, want two internal nodes", ls)
+	}
+	p := &progressLog{t: t}
+	if err := b.svc.Fetch(ctx, root, p.report, FromPeers(a.info())); err != nil {
+		t.Fatal(err)
+	}
+	if p.done != size {
+		t.Errorf("progress ended at %d, want %d", p.done, size)
+	}
+	// 176 leaves, two internal nodes and the root.
+	if n := b.svc.Stats().BlocksFetched; n != 179 {
+		t.Errorf("fetched %d blocks, want 179", n)
+	}
+	if got := readFile(t, b.store, root); !bytes.Equal(got, data) {
+		t.Fatal("fetched file differs")
+	}
+}
+
 func TestFetchSmallFile(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
 	a, b := newNode(t, nil, nil), newNode(t, nil, nil)
@@ -253,6 +294,7 @@ func TestFetchSmallFile(t *testing.T) {
 }
 
 func TestFetchCorruptProvider(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
 	a := newNode(t, nil, nil)
@@ -292,6 +334,7 @@ func TestFetchCorruptProvider(t *testing.T) {
 }
 
 func TestFetchRepairsLocalCorruption(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
 	a, b := newNode(t, nil, nil), newNode(t, nil, nil)
@@ -320,6 +363,7 @@ func TestFetchRepairsLocalCorruption(t *testing.T) {
 }
 
 func TestFetchResume(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
 	const size = 8 << 20 // 32 leaves and a root
@@ -347,11 +391,20 @@ func TestFetchResume(t *testing.T) {
 	}
 	t.Logf("interrupted with %d of %d blocks", have, blocks)
 
-	p := &progressLog{t: t}
-	if err := b.svc.Fetch(ctx, root, p.report, FromPeers(a.info())); err != nil {
+	// Resume from what the store holds, with a new Service (and host).
+	if err := b.svc.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if n := b.svc.Stats().BlocksFetched - first; n != int64(blocks-have) {
+	svc, err := New(ctx, newHost(t), nil, b.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Close() })
+	p := &progressLog{t: t}
+	if err := svc.Fetch(ctx, root, p.report, FromPeers(a.info())); err != nil {
+		t.Fatal(err)
+	}
+	if n := svc.Stats().BlocksFetched; n != int64(blocks-have) {
 		t.Errorf("resumed Fetch fetched %d blocks, want the %d missing", n, blocks-have)
 	}
 	if p.done != size {
@@ -363,6 +416,7 @@ func TestFetchResume(t *testing.T) {
 }
 
 func TestFetchErrors(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
 	b := newNode(t, nil, nil)
@@ -392,7 +446,7 @@ func TestFetchErrors(t *testing.T) {
 	// Close interrupts a Fetch that waits for a block nobody has.
 	errc := make(chan error, 1)
 	go func() { errc <- b.svc.Fetch(ctx, root, nil) }()
-	time.Sleep(100 * time.Millisecond)
+	waitFor(ctx, t, "the want", func() bool { return slices.Contains(b.svc.bs.GetWantlist(), root) })
 	if err := b.svc.Close(); err != nil {
 		t.Fatal(err)
 	}
