@@ -200,14 +200,14 @@ func (st *Stage) serve(ctx context.Context, s network.Stream) {
 	s.SetReadDeadline(time.Now().Add(st.opts.IOTimeout))
 	m, err := r.Read()
 	if err != nil {
-		st.fail(up, wire.SessionID{}, 0, 0, fmt.Errorf("%w: %v", wire.ErrBadFrame, err))
-		s.Reset()
+		st.fail(up, wire.SessionID{}, 0, 0, readError(err))
+		s.Close()
 		return
 	}
 	open, ok := m.(*wire.Open)
 	if !ok {
 		st.fail(up, wire.SessionID{}, 0, 0, fmt.Errorf("%w: first message is %v, not open", wire.ErrProtocol, m.Type()))
-		s.Reset()
+		s.Close()
 		return
 	}
 	sess, err := st.admit(ctx, open, up)
@@ -222,7 +222,7 @@ func (st *Stage) serve(ctx context.Context, s network.Stream) {
 		m, err := r.Read()
 		if err != nil {
 			if !errors.Is(err, network.ErrReset) && !errors.Is(err, io.EOF) {
-				st.fail(up, sess.id, 0, open.Hop, fmt.Errorf("%w: %v", wire.ErrBadFrame, err))
+				st.fail(up, sess.id, 0, open.Hop, readError(err))
 			}
 			return
 		}
@@ -259,6 +259,17 @@ func (st *Stage) serve(ctx context.Context, s network.Stream) {
 			return
 		}
 	}
+}
+
+// readError classifies a failed frame read for the wire.
+func readError(err error) error {
+	if errors.Is(err, wire.ErrFrameTooLarge) {
+		return fmt.Errorf("%w: %v", wire.ErrTooLarge, err)
+	}
+	if errors.Is(err, wire.ErrBadFrame) {
+		return err
+	}
+	return fmt.Errorf("%w: %v", wire.ErrBadFrame, err)
 }
 
 // check validates a Forward's shape against the shard before it queues.
