@@ -636,12 +636,12 @@ func TestRealFileErrors(t *testing.T) {
 	}
 }
 
-// TestEncodeWork checks that encoding is linear in heap operations on
-// long and adversarial text (runs of one letter, of spaces, of emoji,
-// numbers, prose, random text): each merge pushes at most two
-// candidates and pops at most one, so a text of n bytes takes at most
-// about 3n pushes and 3n pops. A quadratic regression (re-queuing every
-// pair after each merge, say) shows up here without timing anything;
+// TestEncodeWork checks that encoding is linear in heap operations on long
+// and adversarial text (prose, random text, runs of one letter, of spaces,
+// of emoji, numbers), and that such text round-trips. Each merge pushes at
+// most two candidates and pops at most one, so a text of n bytes takes at
+// most about 3n pushes and 3n pops. A quadratic regression (re-queuing
+// every pair after each merge, say) shows up here without timing anything;
 // BenchmarkEncode100KB measures the speed.
 func TestEncodeWork(t *testing.T) {
 	toks := map[string]*Tokenizer{"synthetic": synthTokenizer(t)}
@@ -649,7 +649,9 @@ func TestEncodeWork(t *testing.T) {
 		toks["bpe-"+name] = tok
 	}
 	t.Run("stories15M", func(t *testing.T) { toks["stories15M"] = realTokenizer(t) })
-	const n = 100 << 10
+	// Counts do not depend on the machine, so a modest size shows a
+	// quadratic algorithm as clearly as a large one would.
+	const n = 32 << 10
 	texts := map[string]string{
 		"story":  storyText(n),
 		"a":      strings.Repeat("a", n),
@@ -669,9 +671,6 @@ func TestEncodeWork(t *testing.T) {
 			}
 			if limit := 6 * (len(text) + 1); steps > limit {
 				t.Errorf("%s/%s: %d heap operations for %d bytes, over %d", name, tname, steps, len(text), limit)
-			}
-			if !slices.Equal(ids, tok.Encode(text, true)) {
-				t.Errorf("%s/%s: encodings differ", name, tname)
 			}
 			if got := tok.Decode(ids); got != text {
 				t.Errorf("%s/%s: does not round-trip", name, tname)
