@@ -4,8 +4,28 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 )
+
+// Benchmarks report, besides wall time, the benchmark thread's CPU time
+// per operation where the OS tells it (cpu-ns/op): on a shared machine
+// wall time includes waiting for a core.
+//
+//	go test -run '^$' -bench . ./internal/route
+
+// measureCPU reports cpu-ns/op when the benchmark returns.
+func measureCPU(b *testing.B) func() {
+	runtime.LockOSThread()
+	c0, ok := threadCPU()
+	return func() {
+		c1, _ := threadCPU()
+		if ok && b.N > 0 {
+			b.ReportMetric(float64(c1-c0)/float64(b.N), "cpu-ns/op")
+		}
+		runtime.UnlockOSThread()
+	}
+}
 
 // bigSwarm is n servers on an 80-layer, 32,000-row model: 70% serve a
 // stage of one of several even cuts (some splitting the head in two), 30%
@@ -74,6 +94,7 @@ func BenchmarkPlan(b *testing.B) {
 			b.Run(fmt.Sprintf("servers=%d/%v", n, p), func(b *testing.B) {
 				opts := Options{Policy: p, Rand: rand.New(rand.NewPCG(1, 2))}
 				calls = 0
+				defer measureCPU(b)()
 				for b.Loop() {
 					if _, err := Plan(m, servers, counted, opts); err != nil {
 						b.Fatal(err)
@@ -93,6 +114,7 @@ func BenchmarkChoose(b *testing.B) {
 			candidates = append(candidates, Range{j * 80 / k, (j + 1) * 80 / k, 0, 0})
 		}
 	}
+	defer measureCPU(b)()
 	for b.Loop() {
 		Choose(m, servers, candidates)
 	}

@@ -16,7 +16,7 @@ func BruteForce(m Model, servers []Server, rtt RTT, opts Options) (Route, error)
 		opts.Policy, opts.Rand = MinLatency, nil
 	}
 	o := opts.withDefaults()
-	hs := usable(m, servers, &o)
+	hs := usable(nil, m, servers, &o)
 	end := m.Layers + m.Vocab
 
 	var (
@@ -40,12 +40,12 @@ func BruteForce(m Model, servers []Server, rtt RTT, opts Options) (Route, error)
 			return
 		}
 		for _, h := range hs {
-			if h.sp != at {
+			if int(h.sp) != at {
 				continue
 			}
 			s := &servers[h.idx]
 			chain = append(chain, h.idx)
-			extend(h.ep, s.ID, cost+o.link(rtt, prevID, s.ID)+h.obj)
+			extend(int(h.ep), s.ID, cost+o.link(rtt, prevID, s.ID)+h.obj)
 			chain = chain[:len(chain)-1]
 		}
 	}

@@ -438,32 +438,49 @@ func (m Model) noRoute(p int) error {
 // hop is a server a route may use, with its positions and weights.
 type hop struct {
 	idx    int32 // in the caller's slice
-	sp, ep int   // positions on the model's axis
+	sp, ep int32 // start and end positions on the model's axis
+	si, ei int32 // their numbers in a graph
 	lat    float64
 	obj    float64
 }
 
-// usable returns the servers a route may use under opts (not draining,
-// banned, excluded or malformed, and not unchainable), in input order.
-func usable(m Model, servers []Server, o *Options) []hop {
-	hs := make([]hop, 0, len(servers))
+// usable appends to hs the servers a route may use under opts (not
+// draining, banned, excluded or malformed, and not unchainable), in input
+// order.
+func usable(hs []hop, m Model, servers []Server, o *Options) []hop {
 	for i := range servers {
 		s := &servers[i]
 		if s.Draining || s.Banned || o.Exclude[s.ID] {
 			continue
 		}
-		r, err := m.Normalize(s.Range())
-		if err != nil {
-			continue
-		}
-		sp, ep, ok := m.positions(r)
+		sp, ep, ok := m.span(s)
 		if !ok {
 			continue
 		}
 		lat, obj, _ := o.weights(s)
-		hs = append(hs, hop{idx: int32(i), sp: sp, ep: ep, lat: lat, obj: obj})
+		hs = append(hs, hop{idx: int32(i), sp: int32(sp), ep: int32(ep), lat: lat, obj: obj})
 	}
 	return hs
+}
+
+// span is Normalize then positions, without the error.
+func (m Model) span(s *Server) (start, end int, ok bool) {
+	r := Range{s.Start, s.End, s.HeadLo, s.HeadHi}
+	switch {
+	case r.Start < 0 || r.End > m.Layers || r.Start > r.End:
+		return 0, 0, false
+	case r.End < m.Layers:
+		if r.Start == r.End {
+			return 0, 0, false
+		}
+		return r.Start, r.End, true
+	case r.HeadLo == 0 && r.HeadHi == 0:
+		r.HeadHi = m.Vocab
+	}
+	if r.HeadLo < 0 || r.HeadHi > m.Vocab || r.HeadLo >= r.HeadHi {
+		return 0, 0, false
+	}
+	return m.positions(r)
 }
 
 // lessServer is the tie-break order of single hops: ID, then range, then

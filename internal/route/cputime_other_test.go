@@ -1,0 +1,5 @@
+//go:build !linux
+
+package route
+
+func threadCPU() (int64, bool) { return 0, false }
