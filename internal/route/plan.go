@@ -76,12 +76,12 @@ type graph struct {
 	tail  []float64 // position → a lower bound on the Cost from it to the end
 
 	// shortest's state, by hop.
-	cost  []float64 // the least Cost of a chain from the client through the hop
-	prev  []int32   // the hop before it on that chain, -1 for the client
-	depth []int32   // the chain's length
-	ret   []float64 // the hop's return link, if it ends at the end; -1 until known
-	est   []float64 // descend's estimates, by position
-	first []float64 // the Cost of the hops starting at 0 (only those)
+	cost              []float64 // the least Cost of a chain from the client through the hop
+	prev              []int32   // the hop before it on that chain, -1 for the client
+	depth             []int32   // the chain's length
+	ret               []float64 // the hop's return link, if it ends at the end; -1 until known
+	est               []float64 // descend's estimates, by position
+	first             []float64 // the Cost of the hops starting at 0 (only those)
 	preds, bufA, bufB []int32
 }
 
