@@ -15,8 +15,8 @@ import (
 )
 
 // DefaultPublishEvery and DefaultTTL are the timing the package documents:
-// a record every 2 s, forgotten after 10 s of silence, so that four lost
-// messages in a row do not make a node disappear.
+// a record every 2 s, forgotten 10 s after the last one arrived, so that
+// a live node survives three lost records in a row.
 const (
 	DefaultPublishEvery = 2 * time.Second
 	DefaultTTL          = 10 * time.Second

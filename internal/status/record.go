@@ -68,11 +68,11 @@ type Record struct {
 	TokensPerSec   float64 // measured throughput
 	ComputeMicros  float64 // measured compute per token of one forward at batch 1, µs
 
-	Version  string   // software version
-	Draining bool     // accepts no new sessions
-	Seq      uint64   // strictly increasing per peer
+	Version  string    // software version
+	Draining bool      // accepts no new sessions
+	Seq      uint64    // strictly increasing per peer
 	Time     time.Time // the publisher's clock when signed
-	Addrs    []string // multiaddrs the peer is reachable at
+	Addrs    []string  // multiaddrs the peer is reachable at
 }
 
 // Domain implements record.Record.
