@@ -251,6 +251,10 @@ func (t *Tokenizer) encodeBPE(text string, bos bool) (ids []int, steps int) {
 		}
 		// One symbol per byte, in a doubly linked list; merged-away
 		// symbols get id -1. Indices follow text order.
+		if cap(sym) < len(piece) {
+			sym = make([]bpeSym, 0, max(len(piece), 64))
+			h = make(bpeHeap, 0, len(piece))
+		}
 		sym = sym[:0]
 		for k := 0; k < len(piece); k++ {
 			sym = append(sym, bpeSym{id: m.byteTok[piece[k]], prev: int32(k - 1), next: int32(k + 1)})

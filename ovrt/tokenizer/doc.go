@@ -1,8 +1,17 @@
-// Package tokenizer is pipeshard's tokenizer for Llama-family models: a
-// SentencePiece-compatible BPE encoder with byte fallback, a decoder that
-// streams text as tokens are generated, and readers and writers for the
-// vocabulary formats pipeshard meets (llama2.c's tokenizer.bin; GGUF's
-// tokenizer.ggml.* arrays through New and Vocab).
+// Package tokenizer is pipeshard's tokenizer for Llama-family models. One
+// type, Tokenizer, runs either of two models, so every caller works with
+// both:
+//
+//   - SentencePiece-compatible BPE by scores with byte fallback, Llama 1
+//     and 2's (GGUF tokenizer.ggml.model "llama"); and
+//   - byte-level BPE with ranked merges and Llama 3's pre-tokenizer (GGUF
+//     model "gpt2", tokenizer.ggml.pre "llama-bpe"); see "Byte-level BPE"
+//     below.
+//
+// It also has a decoder that streams text as tokens are generated, and
+// readers and writers for the vocabulary formats pipeshard meets
+// (llama2.c's tokenizer.bin; GGUF's tokenizer.ggml.* keys through New,
+// NewBPE, Vocab, Merges, Model and Pre).
 //
 // For stories15M it produces SentencePiece's own (Llama 2 tokenizer)
 // encodings id for id; the tests check it against the oracle's reference
@@ -14,6 +23,10 @@
 //	tok, err := tokenizer.Load("tokenizer.bin")               // standalone: count from the file
 //	tok, err := tokenizer.Parse(data, 32000)                  // from memory; InferVocab for any count
 //	tok, err := tokenizer.New(pieces, scores, kinds, bos, eos, unk)
+//	tok, err := tokenizer.NewBPE(tokens, merges, kinds, bos, eos, "llama-bpe") // Llama 3
+//
+// shards.TokenizerFromVocab builds either kind from a GGUF file's
+// vocabulary, and shards.VocabOf turns one back into GGUF keys.
 //
 // A llama2.c tokenizer.bin is a little-endian int32 max_token_length
 // followed by one record per token: float32 score, int32 byte length, the
@@ -50,8 +63,8 @@
 // codes: Normal (1) pieces are merged by the encoder and decode to their
 // text; Unknown (2) stands for unspellable text; Control (3) tokens (BOS,
 // EOS, ...) are never produced from text and decode to nothing; Byte (6)
-// tokens decode to one raw byte. GGUF's user-defined (4) and unused (5)
-// types are not supported; an importer must map them.
+// tokens decode to one raw byte (SentencePiece only). GGUF's user-defined
+// (4) and unused (5) types are not supported; an importer must map them.
 //
 // New takes a vocabulary in SentencePiece/GGUF conventions (tokens with "▁"
 // for spaces, byte tokens spelled "<0xNN>" and identified by their kind,
@@ -61,12 +74,13 @@
 // llama2.c's ids 0..2 named "<unk>", "<s>" and "</s>": a GGUF written from
 // it is accepted by llama.cpp (all token strings distinct), and New(Vocab())
 // rebuilds the same tokenizer. Piece returns one token in this form, so
-// pieces compare directly with SentencePiece's ("▁Once", "<0x0A>").
+// pieces compare directly with SentencePiece's ("▁Once", "<0x0A>"). A
+// byte-level BPE vocabulary has its own form, described below.
 //
 // # Encoding
 //
-// Encode(text, bos) runs SentencePiece's BPE as the Llama 2 tokenizer is
-// configured (identity normalisation, dummy prefix, byte fallback) and as
+// For a SentencePiece vocabulary, Encode(text, bos) runs SentencePiece's
+// BPE as the Llama 2 tokenizer is configured (identity normalisation, dummy prefix, byte fallback) and as
 // llama2.c reimplements it:
 //
 //  1. If text is non-empty, a space is prepended (the dummy prefix).
@@ -94,21 +108,96 @@
 // space), and invalid UTF-8 becomes byte tokens of the raw bytes
 // (SentencePiece first replaces it with U+FFFD).
 //
+// # Byte-level BPE (Llama 3)
+//
+// NewBPE builds the tokenizer of Llama 3 (and 3.1, 3.2, 3.3), whose GGUF
+// files say tokenizer.ggml.model "gpt2" and tokenizer.ggml.pre "llama-bpe";
+// a file without the pre key, written before llama.cpp added it, is read
+// the same way. Its vocabulary is ranked merges over bytes:
+//
+//   - Tokens are byte strings spelled with GPT-2's table of one printable
+//     character per byte: bytes 33–126, 161–172 and 174–255 stand for
+//     themselves, the other 68, in order, for U+0100 to U+0143. So a space
+//     is "Ġ", "\n" is "Ċ", " world" is "Ġworld", "é" (C3 A9) is "Ã©" and
+//     "😀" is "ðŁĺĢ". Piece and Vocab return tokens in this spelling;
+//     control tokens ("<|begin_of_text|>", "<|eot_id|>") are spelled as
+//     they are.
+//   - Merges ("Ġ w", "Ġw or", ...) are ranked by position, best first.
+//   - There are no scores (Score is 0), no Byte tokens and no unknown token
+//     (Unk is -1): every byte has its own single-character token.
+//
+// Encode(text, bos) first cuts the text into pieces with Llama 3's
+// pre-tokenizer, the regular expression
+//
+//	(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+//
+// implemented as a hand-written scanner (Go's regexp has no lookahead)
+// with the expression's exact semantics: at each position the first
+// alternative that matches wins, each greedy. In words: a contraction
+// suffix in any case; else a run of letters with at most one character
+// before it that is not a letter, number or newline (a space, a tab, a
+// bracket); else up to three numbers; else a run of punctuation and symbols
+// with at most one space before it and any newlines after it; else
+// whitespace: up to the last newline of the run if it has one, else the
+// whole run if it ends the text, else the run but its last character,
+// which goes with the next word. For example:
+//
+//	"Hello world"    "Hello" " world"
+//	"  x"            " " " x"
+//	"12345"          "123" "45"
+//	"don't"          "don" "'t"
+//	"I'M"            "I" "'M"
+//	"a\n\nb"         "a" "\n\n" "b"
+//	"a \n\n  b"      "a" " \n\n" " " " b"
+//	"Hi!!\n\nx"      "Hi" "!!\n\n" "x"
+//	"x   "           "x" "   "
+//
+// \p{L} and \p{N} are Unicode's letters and numbers, \s is Unicode's
+// White_Space property (as Oniguruma, which Hugging Face's tokenizers use,
+// defines it), and case-insensitivity is Unicode simple case folding ("'ſ"
+// is a contraction). A byte of invalid UTF-8 is a character of none of
+// these classes. Then:
+//
+//  1. A piece that is a whole Normal token becomes that token, as Llama 3
+//     is configured (Hugging Face's ignore_merges; llama.cpp does the
+//     same for llama-bpe).
+//  2. Otherwise each byte of the piece becomes its single-byte token and,
+//     repeatedly, the adjacent pair with the lowest merge rank is merged
+//     (ties, which only equal pairs can have, go to the leftmost) until no
+//     merge applies.
+//  3. With bos, the BOS id (<|begin_of_text|>) comes first. No dummy
+//     prefix is added, and text that spells a control token is encoded as
+//     plain text.
+//
+// Decoding maps each token's characters back to bytes, holding back a
+// partial UTF-8 character across tokens exactly as for byte tokens below.
+// The Hugging Face tokenizer's optional clean-up of spaces before
+// punctuation on decoding is not applied: Decode(Encode(s, bos)) == s for
+// all valid UTF-8 s.
+//
+// Merging uses a heap over a linked list of a piece's bytes, so a piece of
+// n bytes takes O(n log n) time, and the scanner is linear; TestEncodeWork
+// counts the heap operations, BenchmarkEncode100KB measures the speed.
+//
 // # Decoding
 //
 // Decode(ids) and the streaming Decoder (NewDecoder, Next, Flush) follow
 // one set of rules, and Next's outputs followed by Flush's concatenate to
 // exactly Decode's result:
 //
-//   - Normal tokens give their text, Byte tokens their raw byte, Control
-//     tokens (BOS, EOS) nothing, Unknown tokens U+FFFD.
+//   - Normal tokens give their text (for byte-level BPE, the bytes their
+//     characters stand for, which may be part of a UTF-8 character), Byte
+//     tokens their raw byte, Control tokens (BOS, EOS) nothing, Unknown
+//     tokens U+FFFD.
 //   - After BOS, one leading space is dropped from the next token that gives
 //     text: it is the dummy prefix (SentencePiece removes it; llama2.c strips
 //     a leading space after BOS). Without BOS nothing is dropped, so decoding
 //     only a generated continuation keeps the space that separates it from
 //     the prompt. Hence Decode(Encode(s, true)) == s for all valid UTF-8 s,
-//     while Decode(Encode(s, false)) == " " + s.
-//   - Byte tokens that split a character are held back until the character
+//     while Decode(Encode(s, false)) == " " + s. Byte-level BPE has no
+//     dummy prefix, drops nothing, and Decode(Encode(s, bos)) == s either
+//     way.
+//   - Tokens that split a character are held back until the character
 //     is complete, then emitted whole. Bytes that can no longer form valid
 //     UTF-8 become U+FFFD (one per maximal ill-formed subpart, as Unicode
 //     recommends) as soon as that is certain; Flush turns an incomplete tail
