@@ -245,8 +245,12 @@ func TestFetchListsRoot(t *testing.T) {
 // TestFetchDeepDAG fetches a file of 175 chunks, whose root has internal
 // nodes for children.
 func TestFetchDeepDAG(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves 44 MiB")
+	}
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	// Slow under the race detector: give it more time than the others.
+	ctx, cancel := context.WithTimeout(t.Context(), 3*testTimeout)
 	defer cancel()
 	const size = (blockstore.MaxLinks+1)*blockstore.ChunkSize + 1
 	a, b := newNode(t, nil, nil), newNode(t, nil, nil)
