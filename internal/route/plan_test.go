@@ -2,6 +2,7 @@ package route
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -489,6 +490,47 @@ func TestOddInputs(t *testing.T) {
 		b, _ := BruteForce(m, servers, rtt, Options{Policy: p})
 		if b.Cost != r.Cost {
 			t.Errorf("%v: Plan %v, BruteForce %v", p, r, b)
+		}
+	}
+}
+
+// Plans made concurrently (sharing the pooled scratch space) are the
+// plans made one at a time.
+func TestPlanConcurrent(t *testing.T) {
+	type job struct {
+		s    swarm
+		want Route
+		err  error
+	}
+	r, _ := testRand(t)
+	var jobs []job
+	for range 200 {
+		s := randomSwarm(r, 12, false)
+		want, err := Plan(s.m, s.servers, s.rtt.RTT, s.opts)
+		jobs = append(jobs, job{s, want, err})
+	}
+	m, servers, rtt := bigSwarm(2, 3000)
+	big, _ := Plan(m, servers, rtt, Options{})
+	done := make(chan error)
+	for w := range 4 {
+		go func() {
+			var err error
+			for i := w; i < len(jobs); i += 4 {
+				j := jobs[i]
+				got, gerr := Plan(j.s.m, j.s.servers, j.s.rtt.RTT, j.s.opts)
+				if !sameHops(got.Hops, j.want.Hops) || (gerr == nil) != (j.err == nil) {
+					err = fmt.Errorf("swarm %d: %v, %v; alone %v, %v", i, got, gerr, j.want, j.err)
+				}
+				if got, _ := Plan(m, servers, rtt, Options{}); !sameHops(got.Hops, big.Hops) {
+					err = fmt.Errorf("big swarm: %v; alone %v", got, big)
+				}
+			}
+			done <- err
+		}()
+	}
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Error(err)
 		}
 	}
 }
