@@ -222,7 +222,8 @@ func (t *Tracker) Stats() Stats {
 
 // Wait blocks until pred holds for the live records, re-evaluating it
 // whenever a record is stored or expires, or until ctx ends (returning
-// ctx's error). pred must not call the Tracker.
+// ctx's error). pred runs on the caller's goroutine without the Tracker's
+// lock held, and gets a copy of the records.
 func (t *Tracker) Wait(ctx context.Context, pred func([]Record) bool) error {
 	for {
 		t.mu.Lock()
