@@ -32,7 +32,7 @@ type segment struct {
 func milli(capacity float64) int64 { return int64(math.Round(capacity * 1000)) }
 
 // Coverage describes how well the live servers (not Draining, not Banned,
-// with a range inside the model) serve each layer and each head row, as
+// with an ID and a range inside the model) serve each layer and each head row, as
 // runs in model order: the layers [0, Layers) then the head rows
 // [0, Vocab), a span wherever the throughput or the server count changes.
 // A server counts for every layer and head row of its range, whether or
@@ -69,7 +69,7 @@ func coverage(m Model, servers []Server) []segment {
 		}
 	}
 	for _, s := range servers {
-		if s.Draining || s.Banned {
+		if s.Draining || s.Banned || s.ID == "" {
 			continue
 		}
 		r, err := m.Normalize(s.Range())

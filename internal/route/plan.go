@@ -9,8 +9,8 @@ import (
 )
 
 // Plan chooses a route through the model over the usable servers: not
-// Draining, not Banned, not in opts.Exclude, with a range inside the model
-// that a chain can use. Under MinLatency and ThroughputAware the route is
+// Draining, not Banned, not in opts.Exclude, with an ID, and with a range
+// inside the model that a chain can use. Under MinLatency and ThroughputAware the route is
 // one of least Cost, exactly; among equals, the one with fewer hops, then
 // the one whose hops come first in (ID, range) order, hop by hop. Under
 // Random it is a random walk (see Policy). The result depends on servers'

@@ -166,13 +166,14 @@ func TestPlan(t *testing.T) {
 			micros: 10 + 40 + 1 + 10 + 1 + 10 + 10,
 		},
 		{
-			name: "draining, banned and excluded servers are skipped",
+			name: "draining, banned, excluded and nameless servers are skipped",
 			m:    m6,
 			servers: []Server{
 				{ID: "a", Start: 0, End: 6, ComputeMicros: 1, Draining: true},
 				{ID: "b", Start: 0, End: 6, ComputeMicros: 2, Banned: true},
 				{ID: "c", Start: 0, End: 6, ComputeMicros: 3},
 				{ID: "d", Start: 0, End: 6, ComputeMicros: 4},
+				{ID: "", Start: 0, End: 6, ComputeMicros: 0},
 			},
 			rtt:    star{client: all(0, "a", "b", "c", "d")},
 			opts:   Options{Exclude: map[string]bool{"c": true}},

@@ -112,7 +112,7 @@ func (m Model) Normalize(r Range) (Range, error) {
 // computes, and what it last reported about its speed and load. A peer
 // that serves several ranges appears once per range, with the same ID.
 type Server struct {
-	ID             string // peer ID
+	ID             string // peer ID; a server without one is ignored
 	Start, End     int    // layers [Start, End)
 	HeadLo, HeadHi int    // head rows [HeadLo, HeadHi); 0, 0 as in Range
 
@@ -445,12 +445,12 @@ type hop struct {
 }
 
 // usable appends to hs the servers a route may use under opts (not
-// draining, banned, excluded or malformed, and not unchainable), in input
-// order.
+// draining, banned, excluded, nameless or malformed, and not
+// unchainable), in input order.
 func usable(hs []hop, m Model, servers []Server, o *Options) []hop {
 	for i := range servers {
 		s := &servers[i]
-		if s.Draining || s.Banned || o.Exclude[s.ID] {
+		if s.Draining || s.Banned || s.ID == "" || o.Exclude[s.ID] {
 			continue
 		}
 		sp, ep, ok := m.span(s)
