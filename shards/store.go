@@ -224,8 +224,12 @@ func (s *Store) Split(ctx context.Context, mc cid.Cid, stages []Stage, q ovrt.DT
 	return m, c, err
 }
 
-// wholeWeights loads a one-shard layout of m, preferring quant q, then
-// f32, then any.
+// Whole loads a one-shard layout of m, preferring quant q, then f32,
+// then any: the whole model, for splitting or exporting.
+func (s *Store) Whole(ctx context.Context, m *Manifest, q ovrt.DType) (*ovrt.Weights, error) {
+	return s.wholeWeights(ctx, m, q)
+}
+
 func (s *Store) wholeWeights(ctx context.Context, m *Manifest, q ovrt.DType) (*ovrt.Weights, error) {
 	for _, want := range []string{q.String(), "f32", ""} {
 		if l, ok := m.Layout(want, "", 1); ok {

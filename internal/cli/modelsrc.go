@@ -13,6 +13,7 @@ import (
 	"github.com/pipeshard/pipeshard/internal/models"
 	"github.com/pipeshard/pipeshard/ovrt"
 	"github.com/pipeshard/pipeshard/ovrt/checkpoint"
+	"github.com/pipeshard/pipeshard/ovrt/tokenizer"
 	"github.com/pipeshard/pipeshard/shards"
 	"github.com/pipeshard/pipeshard/shards/gguf"
 )
@@ -23,8 +24,9 @@ type loadedModel struct {
 	cfg       ovrt.Config
 	models    []*ovrt.Model
 	weights   []*ovrt.Weights
-	tokenizer string           // path of the tokenizer file to try, or ""
-	manifest  *shards.Manifest // when the model came from the store
+	tokenizer string               // path of the tokenizer file to try, or ""
+	tok       *tokenizer.Tokenizer // a tokenizer the model file carried (GGUF)
+	manifest  *shards.Manifest     // when the model came from the store
 }
 
 func (l *loadedModel) Close() {
@@ -77,6 +79,12 @@ func openModel(ctx context.Context, env *Env, src string, quant ovrt.DType, thre
 		return nil, err
 	}
 	lm := &loadedModel{cfg: w.Config, weights: []*ovrt.Weights{w}, tokenizer: tok}
+	if sourceFormat(src) == "gguf" {
+		if lm.tok, err = ggufTokenizer(src); err != nil {
+			lm.Close()
+			return nil, err
+		}
+	}
 	if quant != ovrt.F32 {
 		q, err := w.Quantize(quant)
 		if err != nil {
@@ -179,4 +187,18 @@ func openShardList(ctx context.Context, model, list string, quant ovrt.DType, th
 		}
 	}
 	return openShards(ctx, st, m, strings.Split(list, ","), quant, threads)
+}
+
+// ggufTokenizer returns the tokenizer a GGUF file carries, or nil.
+func ggufTokenizer(path string) (*tokenizer.Tokenizer, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	v, err := gguf.ReadVocab(f)
+	if err != nil {
+		return nil, nil // no vocabulary: token ids only
+	}
+	return shards.TokenizerFromVocab(v)
 }

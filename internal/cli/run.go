@@ -148,7 +148,7 @@ func runLocal(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 		return err
 	}
 	defer lm.Close()
-	var tok *tokenizer.Tokenizer
+	tok := lm.tok
 	if lm.manifest != nil && lm.manifest.Tokenizer.CID != "" && flagString(fs, "tokenizer") == "" {
 		st, err := shards.Open(models.Home())
 		if err != nil {

@@ -86,7 +86,17 @@ the cut: START:END of layers, and /ROWLO:ROWHI for a part of the head.`,
 				Name: "verify", Short: "re-hash every block of a model (all its shards) or a shard", Usage: "CID",
 				Flags: home, Run: shardsVerify,
 			},
-			{Name: "export", Short: "write a stored file (a shard, a manifest) out as a plain file", Usage: "CID FILE", Flags: home, Run: shardsExport},
+			{
+				Name: "export", Short: "write a stored file out as a plain file, or a whole model as GGUF",
+				Usage:    "[--gguf] [--quant q8] CID FILE",
+				Examples: []string{"pipeshard shards export bafy... shard.bin", "pipeshard shards export --gguf --quant q8 bafk... stories15M.q8_0.gguf"},
+				Flags: func(fs *flag.FlagSet) {
+					home(fs)
+					fs.Bool("gguf", false, "CID is a model: write it as a GGUF file llama.cpp can load")
+					fs.String("quant", "f32", "with --gguf: the weight type of the layout to export")
+				},
+				Run: shardsExport,
+			},
 			{Name: "cid", Short: "print the CID 'ipfs add --cid-version=1 --raw-leaves' would give FILE", Usage: "FILE", Run: shardsCID},
 		},
 	})
@@ -429,6 +439,9 @@ func shardsExport(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 		return err
 	}
 	defer s.Close()
+	if flagBool(fs, "gguf") {
+		return exportGGUF(ctx, s, c, flagString(fs, "quant"), fs.Arg(1))
+	}
 	f, err := os.Create(fs.Arg(1))
 	if err != nil {
 		return err
@@ -456,4 +469,41 @@ func shardsCID(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 	}
 	fmt.Fprintln(env.Stdout, c)
 	return nil
+}
+
+// exportGGUF writes model c's whole layout of quant q as a GGUF file.
+func exportGGUF(ctx context.Context, s *shards.Store, c cid.Cid, quant, path string) error {
+	q, err := ovrt.ParseDType(quant)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	m, err := s.Manifest(ctx, c)
+	if err != nil {
+		return err
+	}
+	w, err := s.Whole(ctx, m, q)
+	if err != nil {
+		return err
+	}
+	if quantName(w) != q.String() {
+		if w, err = w.Quantize(q); err != nil {
+			return err
+		}
+	}
+	var vocab gguf.Vocab
+	if m.Tokenizer.CID != "" {
+		tok, err := s.Tokenizer(ctx, m)
+		if err != nil {
+			return err
+		}
+		vocab = shards.VocabOf(tok)
+	}
+	return gguf.WriteLlamaFile(path, m.Name, w, vocab)
+}
+
+func quantName(w *ovrt.Weights) string {
+	if len(w.Layers) > 0 {
+		return w.Layers[0].Wq.DType.String()
+	}
+	return ""
 }
