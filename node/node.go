@@ -11,10 +11,12 @@ import (
 
 	"github.com/ipfs/go-cid"
 	dht "github.com/libp2p/go-libp2p-kad-dht"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/pipeshard/pipeshard/internal/fetch"
+	"github.com/pipeshard/pipeshard/internal/status"
 	"github.com/pipeshard/pipeshard/ovrt"
 	"github.com/pipeshard/pipeshard/shards"
 )
@@ -67,15 +69,17 @@ func (c *Config) Validate() error {
 // Node is a volunteer: a libp2p host in the pipeshard DHT serving one
 // shard over the stage protocol.
 type Node struct {
-	cfg    Config
-	Host   host.Host
-	DHT    *dht.IpfsDHT
-	Store  *shards.Store
-	Stage  *Stage
-	Header *shards.Header
-	Fetch  *fetch.Service // serves the store's blocks; fetches a missing shard
-	model  *ovrt.Model
-	log    *slog.Logger
+	cfg       Config
+	Host      host.Host
+	DHT       *dht.IpfsDHT
+	Store     *shards.Store
+	Stage     *Stage
+	Header    *shards.Header
+	Fetch     *fetch.Service // serves the store's blocks; fetches a missing shard
+	PubSub    *pubsub.PubSub // carries signed status records
+	statusPub *status.Publisher
+	model     *ovrt.Model
+	log       *slog.Logger
 	// announced are the CIDs the node provides: its shard, its model's
 	// manifests and tokenizer.
 	announced []cid.Cid
@@ -123,6 +127,10 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if n.Fetch, err = fetch.New(ctx, n.Host, n.DHT, n.Store.Blocks, fetch.WithLogger(n.log)); err != nil {
 		n.Close()
 		return nil, err
+	}
+	if n.PubSub, err = newPubSub(ctx, n); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("node: pubsub: %w", err)
 	}
 	if err := n.ensureShard(ctx); err != nil {
 		n.Close()
@@ -195,6 +203,7 @@ func (n *Node) ID() peer.ID { return n.Host.ID() }
 // announced at start and every Reprovide.
 func (n *Node) Run(ctx context.Context) error {
 	go n.provideLoop(ctx)
+	go n.runStatus(ctx)
 	n.Stage.Run(ctx)
 	return nil
 }

@@ -81,6 +81,9 @@ type Stage struct {
 
 // Stats are a stage's counters, read with Snapshot.
 type Stats struct {
+	// DecodeMicros is a moving average of one forward of one token at
+	// batch 1: the stage's latency, reported in its status.
+	DecodeMicros   float64
 	Forwards       int64
 	Tokens         int64
 	Batches        int64
@@ -158,6 +161,13 @@ func (st *Stage) Drain() {
 	st.mu.Lock()
 	st.draining = true
 	st.mu.Unlock()
+}
+
+// Draining reports whether Drain was called.
+func (st *Stage) Draining() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.draining
 }
 
 // Sessions returns the number of open sessions.
@@ -564,6 +574,14 @@ func (st *Stage) runBatch(batch []*job) {
 			}
 		}
 		st.statsMu.Lock()
+		if len(live) == 1 && ntok == 1 {
+			us := float64(compute.Microseconds())
+			if st.stats.DecodeMicros == 0 {
+				st.stats.DecodeMicros = us
+			} else {
+				st.stats.DecodeMicros += 0.1 * (us - st.stats.DecodeMicros)
+			}
+		}
 		st.stats.Forwards += int64(len(live))
 		st.stats.Tokens += int64(ntok)
 		st.stats.QueuedTokens -= int64(ntok)

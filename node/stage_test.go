@@ -40,7 +40,7 @@ func stageNode(t *testing.T, opts node.StageOptions) (*node.Node, host.Host, sha
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _, err = st.Split(context.Background(), mc, []shards.Stage{{0, 3, 0, 0}, {3, 6, 0, 0}}, ovrt.F32, "ranges", nil)
+	m, _, err = st.Split(context.Background(), mc, []shards.Stage{{Start: 0, End: 3}, {Start: 3, End: 6}}, ovrt.F32, "ranges", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,11 +10,13 @@ import (
 
 	"github.com/ipfs/go-cid"
 	dht "github.com/libp2p/go-libp2p-kad-dht"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/p2p/protocol/ping"
 
 	"github.com/pipeshard/pipeshard/internal/fetch"
+	"github.com/pipeshard/pipeshard/internal/status"
 	"github.com/pipeshard/pipeshard/internal/wire"
 	"github.com/pipeshard/pipeshard/node"
 	"github.com/pipeshard/pipeshard/shards"
@@ -39,6 +41,12 @@ type Client struct {
 	fetchOnce sync.Once
 	fetch     *fetch.Service
 	fetchErr  error
+
+	PubSub   *pubsub.PubSub
+	ctx      context.Context // lives until Close: background trackers
+	cancel   context.CancelFunc
+	trackMu  sync.Mutex
+	trackers map[string]*status.Tracker // by model ID
 }
 
 // New starts a client host, joins the DHT through the bootstrap peers,
@@ -60,6 +68,12 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c.Host.SetStreamHandler(wire.ResultProtocol, c.res.handler)
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.trackers = map[string]*status.Tracker{}
+	if c.PubSub, err = pubsub.NewGossipSub(c.ctx, c.Host); err != nil {
+		c.Close()
+		return nil, err
+	}
 	c.DHT, err = dht.New(c.Host, dht.Mode(dht.ModeClient), dht.ProtocolPrefix(node.DHTPrefix), dht.BootstrapPeers(boot...))
 	if err != nil {
 		c.Close()
@@ -80,6 +94,9 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 
 // Close shuts the client down.
 func (c *Client) Close() error {
+	if c.cancel != nil {
+		c.cancel()
+	}
 	if c.fetch != nil {
 		c.fetch.Close()
 	}
@@ -93,6 +110,23 @@ func (c *Client) Close() error {
 		c.Store.Close()
 	}
 	return nil
+}
+
+// Status returns the tracker of model id's status records, joining its
+// topic on first use.
+func (c *Client) Status(modelID string) (*status.Tracker, error) {
+	c.trackMu.Lock()
+	defer c.trackMu.Unlock()
+	if t := c.trackers[modelID]; t != nil {
+		return t, nil
+	}
+	t, err := status.NewTracker(c.PubSub, modelID, status.DefaultTTL, nil)
+	if err != nil {
+		return nil, err
+	}
+	go t.Run(c.ctx)
+	c.trackers[modelID] = t
+	return t, nil
 }
 
 // Providers finds peers announcing c in the DHT.

@@ -12,15 +12,17 @@ import (
 
 	"github.com/pipeshard/pipeshard/internal/fetch"
 	"github.com/pipeshard/pipeshard/internal/route"
+	"github.com/pipeshard/pipeshard/internal/status"
 	"github.com/pipeshard/pipeshard/ovrt/tokenizer"
 	"github.com/pipeshard/pipeshard/shards"
 )
 
 // Provider is a peer serving one shard of a model.
 type Provider struct {
-	Peer  peer.AddrInfo
-	Shard shards.ShardRef
-	RTT   time.Duration // 0 when the ping failed
+	Peer   peer.AddrInfo
+	Shard  shards.ShardRef
+	RTT    time.Duration  // 0 when the ping failed
+	Status *status.Record // its latest signed status, if one arrived
 }
 
 // fetcher returns the client's bitswap service, starting it on first use.
@@ -127,8 +129,14 @@ func (c *Client) Discover(ctx context.Context, m *shards.Manifest) ([]Provider, 
 		}(p.Peer)
 	}
 	wg.Wait()
+	tr, err := c.Status(m.ModelID)
 	for i := range out {
 		out[i].RTT = rtts[out[i].Peer.ID]
+		if err == nil {
+			if r, ok := tr.Get(out[i].Peer.ID); ok && r.ShardCID == out[i].Shard.CID {
+				out[i].Status = &r
+			}
+		}
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Shard.Layers != out[j].Shard.Layers {
@@ -151,6 +159,13 @@ func (c *Client) Plan(m *shards.Manifest, provs []Provider, exclude map[string]b
 		id := p.Peer.ID.String()
 		s := route.Server{ID: id, Start: st.Start, End: st.End, HeadLo: st.HeadLo, HeadHi: st.HeadHi,
 			ComputeMicros: shards.DefaultProfile.Seconds(p.Shard.Work) * 1e6}
+		if r := p.Status; r != nil {
+			// Measured beats estimated.
+			if r.ComputeMicros > 0 {
+				s.ComputeMicros = r.ComputeMicros
+			}
+			s.QueuedTokens, s.Sessions, s.TokensPerSec, s.Draining = r.QueuedTokens, r.ActiveSessions, r.TokensPerSec, r.Draining
+		}
 		servers = append(servers, s)
 		byKey[fmt.Sprint(id, s.Range())] = p
 		if p.RTT > 0 {

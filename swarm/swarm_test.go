@@ -13,6 +13,7 @@ import (
 	"github.com/ipfs/go-cid"
 
 	"github.com/pipeshard/pipeshard/internal/generate"
+	"github.com/pipeshard/pipeshard/internal/status"
 	"github.com/pipeshard/pipeshard/internal/testmodel"
 	"github.com/pipeshard/pipeshard/node"
 	"github.com/pipeshard/pipeshard/ovrt"
@@ -231,5 +232,23 @@ func TestDiscoverFromBootstrapAndModelCID(t *testing.T) {
 	}
 	if want := localIDs(t, f, prompt, 20, sample.Params{}); fmt.Sprint(got.IDs) != fmt.Sprint(want) {
 		t.Fatalf("swarm %v, local %v", got.IDs, want)
+	}
+	// Every node's signed status arrives, with its range and a measured
+	// decode time.
+	tr, err := c.Status(m.ModelID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = tr.Wait(ctx, func(rs []status.Record) bool {
+		measured := 0
+		for _, r := range rs {
+			if r.ComputeMicros > 0 {
+				measured++
+			}
+		}
+		return measured == 3
+	})
+	if err != nil {
+		t.Fatalf("status records: %v (have %d)", err, len(tr.Records()))
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pipeshard/pipeshard/internal/generate"
 	"github.com/pipeshard/pipeshard/internal/models"
+	"github.com/pipeshard/pipeshard/internal/status"
 	"github.com/pipeshard/pipeshard/swarm"
 )
 
@@ -204,17 +205,32 @@ func swarmLs(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 	if err != nil {
 		return err
 	}
+	// Status records arrive every few seconds: give them a moment.
+	if tr, err := c.Status(m.ModelID); err == nil {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		tr.Wait(wctx, func(rs []status.Record) bool { return len(rs) > 0 })
+		cancel()
+		time.Sleep(500 * time.Millisecond)
+	}
 	provs, err := c.Discover(ctx, m)
 	if err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "model %s (%s): %d layers\n", mc, m.Name, m.Config.Layers)
-	fmt.Fprintln(tw, "PEER\tLAYERS\tQUANT\tSHARD\tRTT ms")
+	fmt.Fprintln(tw, "PEER\tLAYERS\tQUANT\tRTT ms\tSESSIONS\tQUEUED\tMS/TOKEN\tTOK/S\tSTATE")
 	covered := make([]int, m.Config.Layers)
 	for _, p := range provs {
 		st := p.Shard.Stage()
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2f\n", p.Peer.ID, st, p.Shard.Quant, p.Shard.CID, float64(p.RTT.Microseconds())/1e3)
+		load := "-\t-\t-\t-\tno status"
+		if r := p.Status; r != nil {
+			state := "serving"
+			if r.Draining {
+				state = "draining"
+			}
+			load = fmt.Sprintf("%d\t%d\t%.2f\t%.0f\t%s", r.ActiveSessions, r.QueuedTokens, r.ComputeMicros/1e3, r.TokensPerSec, state)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%s\n", shortID(p.Peer.ID.String()), st, p.Shard.Quant, float64(p.RTT.Microseconds())/1e3, load)
 		for l := st.Start; l < st.End; l++ {
 			covered[l]++
 		}

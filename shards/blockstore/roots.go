@@ -1,6 +1,7 @@
 package blockstore
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -138,4 +139,28 @@ func (s *Store) List() []cid.Cid {
 		}
 	}
 	return out
+}
+
+// AddRoot lists c, whose blocks are all in the store already (put there
+// by bitswap, say), as List lists a file added with AddFile, with its size
+// taken from the root. It refuses a file with a missing block.
+func (s *Store) AddRoot(ctx context.Context, c cid.Cid) error {
+	if s.isClosed() {
+		return ErrClosed
+	}
+	s.gc.RLock()
+	defer s.gc.RUnlock()
+	has, err := s.Has(ctx, c)
+	if err != nil {
+		return err
+	}
+	if !has {
+		return fmt.Errorf("%w: %s is not complete in the store", ErrMissing, c)
+	}
+	r, size, err := s.openFile(ctx, c)
+	if err != nil {
+		return err
+	}
+	r.Close()
+	return s.addRoot(c, size)
 }
