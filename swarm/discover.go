@@ -147,13 +147,12 @@ func (c *Client) Discover(ctx context.Context, m *shards.Manifest) ([]Provider, 
 	return out, nil
 }
 
-// Plan picks the route of least expected latency through the providers.
+// RouteInputs turns providers into the routing core's servers and RTTs.
 // Compute times come from the shards' costs on the reference profile
-// until nodes report measured ones.
-func (c *Client) Plan(m *shards.Manifest, provs []Provider, exclude map[string]bool) ([]Hop, route.Route, error) {
+// until nodes report measured ones in their status.
+func RouteInputs(provs []Provider) ([]route.Server, route.RTT) {
 	var servers []route.Server
 	rtt := route.Matrix{}
-	byKey := map[string]Provider{}
 	for _, p := range provs {
 		st := p.Shard.Stage()
 		id := p.Peer.ID.String()
@@ -167,14 +166,23 @@ func (c *Client) Plan(m *shards.Manifest, provs []Provider, exclude map[string]b
 			s.QueuedTokens, s.Sessions, s.TokensPerSec, s.Draining = r.QueuedTokens, r.ActiveSessions, r.TokensPerSec, r.Draining
 		}
 		servers = append(servers, s)
-		byKey[fmt.Sprint(id, s.Range())] = p
 		if p.RTT > 0 {
 			us := float64(p.RTT.Microseconds())
 			rtt[[2]string{"", id}] = us / 2
 			rtt[[2]string{id, ""}] = us / 2
 		}
 	}
-	r, err := route.Plan(route.Model{Layers: m.Config.Layers, Vocab: m.Config.Vocab}, servers, rtt.RTT, route.Options{Exclude: exclude})
+	return servers, rtt.RTT
+}
+
+// Plan picks the route of least expected latency through the providers.
+func (c *Client) Plan(m *shards.Manifest, provs []Provider, exclude map[string]bool) ([]Hop, route.Route, error) {
+	servers, rtt := RouteInputs(provs)
+	byKey := map[string]Provider{}
+	for i, p := range provs {
+		byKey[fmt.Sprint(servers[i].ID, servers[i].Range())] = p
+	}
+	r, err := route.Plan(route.Model{Layers: m.Config.Layers, Vocab: m.Config.Vocab}, servers, rtt, route.Options{Exclude: exclude})
 	if err != nil {
 		return nil, r, fmt.Errorf("%w: %w", ErrNoRoute, err)
 	}
