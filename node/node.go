@@ -36,12 +36,14 @@ var (
 
 // Config is a node's configuration.
 type Config struct {
-	Home      string   // identity key and block store
-	Listen    []string // multiaddrs (default: TCP and QUIC, any port)
-	Bootstrap []string // full multiaddrs of peers to join through
-	Shard     string   // CID of the shard to host
-	Threads   int      // runtime threads (0: all cores)
-	MaxMemory int64    // bound on shard + KV bytes (0: none)
+	Home      string        // identity key and block store
+	Listen    []string      // multiaddrs (default: TCP and QUIC, any port)
+	Bootstrap []string      // full multiaddrs of peers to join through
+	Shard     string        // CID of the shard to host, or
+	Model     string        // the model CID: host the shard the swarm needs most (--layers auto)
+	ListenFor time.Duration // with Model: how long to gather the swarm's status first (default 6 s)
+	Threads   int           // runtime threads (0: all cores)
+	MaxMemory int64         // bound on shard + KV bytes (0: none)
 	Reprovide time.Duration
 	Stage     StageOptions
 	// Progress, if set, sees a shard fetch's bytes.
@@ -54,10 +56,10 @@ func (c *Config) Validate() error {
 	switch {
 	case c.Home == "":
 		return fmt.Errorf("%w: no home directory", ErrConfig)
-	case c.Shard == "":
-		return fmt.Errorf("%w: no shard to host (--shard CID)", ErrConfig)
+	case c.Shard == "" && c.Model == "":
+		return fmt.Errorf("%w: no shard to host (--shard CID, or --model CID --layers auto)", ErrConfig)
 	}
-	if _, err := cid.Decode(c.Shard); err != nil {
+	if _, err := cid.Decode(c.Shard); err != nil && c.Shard != "" {
 		return fmt.Errorf("%w: shard %q: %v", ErrConfig, c.Shard, err)
 	}
 	if _, err := ParseAddrs(c.Bootstrap); err != nil {
@@ -132,6 +134,15 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		n.Close()
 		return nil, fmt.Errorf("node: pubsub: %w", err)
 	}
+	if n.cfg.Shard == "" {
+		if n.cfg.ListenFor == 0 {
+			n.cfg.ListenFor = 6 * time.Second
+		}
+		if n.cfg.Shard, err = n.chooseShard(ctx); err != nil {
+			n.Close()
+			return nil, err
+		}
+	}
 	if err := n.ensureShard(ctx); err != nil {
 		n.Close()
 		return nil, err
@@ -177,6 +188,7 @@ func (n *Node) load(ctx context.Context) error {
 	}
 	n.model, n.Header = m, h
 	n.Stage = NewStage(n.Host, m, h.ModelID, c.String(), n.cfg.Stage, n.log)
+	n.Stage.Calibrate(5)
 	n.announced = []cid.Cid{c}
 	if id, err := cid.Decode(h.ModelID); err == nil {
 		n.announced = append(n.announced, id)

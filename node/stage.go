@@ -143,6 +143,31 @@ func NewStage(h host.Host, model *ovrt.Model, modelID, shardCID string, opts Sta
 		opts: opts, log: log.With("shard", shardCID), queue: make(chan *job, 1024), sessions: map[wire.SessionID]*session{}}
 }
 
+// Calibrate measures one forward of one token at batch 1 (the median of
+// reps), so the node reports a real decode time before its first session.
+func (st *Stage) Calibrate(reps int) time.Duration {
+	c := st.model.Config()
+	req := st.model.NewRequest()
+	step := ovrt.Step{Req: req, Want: ovrt.WantLast}
+	if st.model.Weights().HasEmbed() {
+		step.Tokens = []int32{int32(c.BOS)}
+	} else {
+		step.Hidden = make([]float32, c.Dim)
+	}
+	var ds []time.Duration
+	for range reps {
+		t0 := time.Now()
+		st.model.Forward([]ovrt.Step{step})
+		ds = append(ds, time.Since(t0))
+	}
+	slices.Sort(ds)
+	d := ds[len(ds)/2]
+	st.statsMu.Lock()
+	st.stats.DecodeMicros = float64(d.Microseconds()) + float64(d.Nanoseconds()%1000)/1000
+	st.statsMu.Unlock()
+	return d
+}
+
 // Run registers the stream handler and runs the executor until ctx ends.
 func (st *Stage) Run(ctx context.Context) {
 	st.h.SetStreamHandler(wire.StageProtocol, func(s network.Stream) { st.serve(ctx, s) })

@@ -17,7 +17,7 @@ func init() {
 	register(&Command{
 		Name:  "node",
 		Short: "run a volunteer node: join the DHT, host a shard, serve activations",
-		Usage: "--shard CID [--bootstrap MA,...] [--home DIR] [--listen MA,...] [--json]",
+		Usage: "(--shard CID | --model CID --layers auto) [--bootstrap MA,...] [--home DIR] [--max-memory SIZE] [--json]",
 		Long: `Joins the pipeshard DHT through --bootstrap (the first node needs none),
 hosts one shard, announces it and its model, and serves the stage protocol
 until interrupted. A shard missing from --home is fetched from peers by CID,
@@ -26,10 +26,13 @@ every block checked. On start it prints its peer ID and full addresses
 		Examples: []string{
 			"pipeshard node --shard bafy... --listen /ip4/0.0.0.0/tcp/4001,/ip4/0.0.0.0/udp/4001/quic-v1",
 			"pipeshard node --home ~/.pipeshard-2 --shard bafy... --bootstrap /ip4/192.0.2.7/tcp/4001/p2p/12D3KooW...",
+			"pipeshard node --model bafk... --layers auto --max-memory 6GiB --bootstrap /ip4/192.0.2.7/tcp/4001/p2p/12D3KooW...",
 		},
 		Flags: func(fs *flag.FlagSet) {
 			fs.String("home", models.Home(), "node home: identity key and block store")
 			fs.String("shard", "", "CID of the shard to host")
+			fs.String("model", "", "model CID: with --layers auto, host the shard the swarm needs most")
+			fs.String("layers", "", "auto: choose the layer range from the swarm's coverage and throughput")
 			fs.String("bootstrap", "", "comma-separated full multiaddrs of peers to join through")
 			fs.String("listen", "", "comma-separated multiaddrs to listen on (default: TCP and QUIC, any port)")
 			fs.Int("threads", 0, "runtime threads (0: all cores)")
@@ -72,6 +75,7 @@ func runNode(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 	cfg := node.Config{
 		Home:      flagString(fs, "home"),
 		Shard:     flagString(fs, "shard"),
+		Model:     flagString(fs, "model"),
 		Bootstrap: splitList(flagString(fs, "bootstrap")),
 		Listen:    splitList(flagString(fs, "listen")),
 		Threads:   flagInt(fs, "threads"),
@@ -79,8 +83,15 @@ func runNode(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 		Log:       log,
 		Progress:  newProgress(env.Stderr, "fetching shard").update,
 	}
-	if cfg.Shard == "" {
-		return usagef("--shard is required")
+	switch l := flagString(fs, "layers"); {
+	case cfg.Shard == "" && cfg.Model == "":
+		return usagef("--shard CID, or --model CID --layers auto, is required")
+	case cfg.Shard != "" && cfg.Model != "":
+		return usagef("give --shard or --model, not both")
+	case cfg.Model != "" && l != "auto":
+		return usagef("--model needs --layers auto")
+	case l != "" && l != "auto":
+		return usagef("--layers %q: only auto is supported (use --shard for a given range)", l)
 	}
 	n, err := node.New(ctx, cfg)
 	if err != nil {
