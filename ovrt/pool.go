@@ -13,9 +13,10 @@ type pool struct {
 
 func newPool(n int) *pool {
 	p := &pool{n: n, tasks: make(chan func(), n)}
+	tasks := p.tasks
 	for i := 1; i < n; i++ {
 		go func() {
-			for f := range p.tasks {
+			for f := range tasks {
 				f()
 				p.wg.Done()
 			}
