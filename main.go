@@ -1,6 +1,3 @@
-// Command pipeshard serves large language models from swarms of ordinary
-// PCs. Run `pipeshard --help` for its commands; the work is done by the
-// packages ovrt, shards, node, swarm and sim.
 package main
 
 import (

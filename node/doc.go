@@ -1,0 +1,27 @@
+// Package node is pipeshard's volunteer daemon: a libp2p host in the
+// pipeshard DHT that hosts one shard and serves activation streams.
+//
+// [New] starts the host (TCP and QUIC, Noise, yamux, the resource
+// manager's limits) with the identity key kept in its home, joins the
+// Kademlia DHT in server mode under the /pipeshard prefix through the
+// bootstrap peers, starts bitswap over its block store (serving every
+// block it holds, each re-hashed as it is read), and loads its shard:
+// from the store, fetched from peers by CID if missing, or — with
+// Config.Model and no shard — the shard of the model the swarm serves
+// least well by measured throughput that fits Config.MaxMemory. It then
+// measures one decode step so its first status is honest.
+//
+// [Node.Run] announces the shard, the model's descriptor, manifests and
+// tokenizer (provide, reprovided every 12 h, retried soon while the node
+// is alone), publishes a signed status every 2 s on the model's GossipSub
+// topic (internal/status), and serves the stage protocol
+// (internal/wire) until its context ends.
+//
+// [Stage] is the stage service: per upstream stream one reader goroutine,
+// per session one relay goroutine for what comes back from the next hop,
+// one executor that takes every waiting Forward of every session and runs
+// them as one batched ovrt forward, and a janitor that closes idle
+// sessions and evicts the least recently used past the KV budget. Bad
+// input gets a typed error frame (and, for stream-level faults, the
+// stream closed) without disturbing other sessions.
+package node
