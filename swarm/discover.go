@@ -108,13 +108,14 @@ func (c *Client) Discover(ctx context.Context, m *shards.Manifest) ([]Provider, 
 	}
 	// Ping every distinct peer once, concurrently.
 	rtts := map[peer.ID]time.Duration{}
-	var mu sync.Mutex
+	pinged := map[peer.ID]bool{}
+	var mu sync.Mutex // guards rtts
 	var wg sync.WaitGroup
 	for _, p := range out {
-		if _, ok := rtts[p.Peer.ID]; ok {
+		if pinged[p.Peer.ID] {
 			continue
 		}
-		rtts[p.Peer.ID] = 0
+		pinged[p.Peer.ID] = true
 		wg.Add(1)
 		go func(p peer.AddrInfo) {
 			defer wg.Done()
