@@ -10,6 +10,7 @@ import (
 
 	"github.com/ipfs/go-cid"
 
+	"github.com/pipeshard/pipeshard/internal/mmapfile"
 	"github.com/pipeshard/pipeshard/ovrt"
 	"github.com/pipeshard/pipeshard/ovrt/tokenizer"
 	"github.com/pipeshard/pipeshard/shards/blockstore"
@@ -87,16 +88,29 @@ func (s *Store) AddShard(ctx context.Context, w *ovrt.Weights, modelID, name str
 
 // LoadShard reads a shard, verifying every block, and returns its weights
 // as views into one buffer (no conversion step: the bytes are laid out as
-// the kernels read them).
+// the kernels read them). The buffer lives outside the Go heap, so that
+// loading a large shard does not let the heap grow by its size again;
+// Weights.Close releases it.
 func (s *Store) LoadShard(ctx context.Context, c cid.Cid) (*ovrt.Weights, *Header, error) {
-	data, err := s.ReadAll(ctx, c, 1<<40)
+	r, size, err := s.Blocks.Open(ctx, c)
 	if err != nil {
 		return nil, nil, err
 	}
-	w, h, err := Decode(data)
+	defer r.Close()
+	buf, err := mmapfile.Anon(int(size))
 	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := io.ReadFull(r, buf.Bytes()); err != nil {
+		buf.Close()
+		return nil, nil, fmt.Errorf("shards: read %s: %w", c, err)
+	}
+	w, h, err := Decode(buf.Bytes())
+	if err != nil {
+		buf.Close()
 		return nil, nil, fmt.Errorf("shard %s: %w", c, err)
 	}
+	w.Closer = buf
 	return w, h, nil
 }
 

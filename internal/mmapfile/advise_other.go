@@ -3,3 +3,5 @@
 package mmapfile
 
 func dontNeed([]byte) {}
+
+func hugePages([]byte) {}

@@ -21,3 +21,11 @@ func mapFile(f *os.File, size int) ([]byte, bool, error) {
 }
 
 func unmap(b []byte) error { return syscall.Munmap(b) }
+
+func anon(size int) ([]byte, bool, error) {
+	b, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		return nil, false, err
+	}
+	return b, true, nil
+}

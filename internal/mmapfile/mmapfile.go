@@ -120,3 +120,21 @@ func readAll(f *os.File, size int) ([]byte, error) {
 	}
 	return buf, nil
 }
+
+// Anon returns a writable, page-aligned buffer of size bytes outside the
+// Go heap (an anonymous mapping where the OS has one), released by Close.
+// A multi-gigabyte shard read into it does not make the garbage collector
+// let the heap grow by as much again.
+func Anon(size int) (*File, error) {
+	if size <= 0 {
+		return &File{name: "anonymous"}, nil
+	}
+	b, mapped, err := anon(size)
+	if err != nil {
+		return nil, fmt.Errorf("mmapfile: anonymous mapping of %d bytes: %w", size, err)
+	}
+	if mapped {
+		hugePages(b)
+	}
+	return &File{name: "anonymous", data: b, mapped: mapped}, nil
+}
