@@ -83,7 +83,26 @@ func MeasureEngine(ctx context.Context, open Opener, cfg EngineConfig, tokens, p
 		res.KVBytes = max(res.KVBytes, req.KVBytes())
 	}
 	res.DecodeTokS, res.PrefillTokS = median(dec), median(pre)
+	res.PeakRSSBytes = peakRSS()
 	return res, nil
+}
+
+// peakRSS reads this process's high-water resident set (VmHWM), which,
+// unlike getrusage's maxrss, does not inherit the parent's peak across
+// fork and exec. Zero where /proc is missing.
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb int64
+			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &kb)
+			return kb * 1024
+		}
+	}
+	return 0
 }
 
 func median(v []float64) float64 {
@@ -112,7 +131,7 @@ func RunEngineTable(ctx context.Context, w io.Writer, argv []string, cfgs []Engi
 		if err := json.Unmarshal(b, &r); err != nil {
 			return out, fmt.Errorf("bench: child output %q: %w", b, err)
 		}
-		if u, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		if u, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok && r.PeakRSSBytes == 0 {
 			r.PeakRSSBytes = u.Maxrss * 1024 // Linux reports KiB
 		}
 		out = append(out, r)

@@ -4,11 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
+	"github.com/ipfs/go-cid"
+
 	"github.com/pipeshard/pipeshard/internal/bench"
+	"github.com/pipeshard/pipeshard/internal/models"
 	"github.com/pipeshard/pipeshard/ovrt"
+	"github.com/pipeshard/pipeshard/ovrt/checkpoint"
+	"github.com/pipeshard/pipeshard/shards"
 )
 
 func init() {
@@ -56,6 +63,15 @@ func benchEngine(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 		}
 		return json.NewEncoder(env.Stdout).Encode(r)
 	}
+	if _, ok := models.Known[src]; ok && src == "stories15M" {
+		// Measure what nodes run: precompiled shards from the store.
+		mc, err := benchModel(ctx, env)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(env.Stderr, "measuring stories15M from the store: model %s (whole-model shards in f32, q8 and q4)\n", mc)
+		src = mc
+	}
 	var cfgs []bench.EngineConfig
 	for _, q := range strings.Split(flagString(fs, "quants"), ",") {
 		for _, t := range strings.Split(flagString(fs, "threads-list"), ",") {
@@ -74,4 +90,48 @@ func benchEngine(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 		"--prefill", flagString(fs, "prefill"), "--reps", flagString(fs, "reps")}
 	_, err = bench.RunEngineTable(ctx, env.Stdout, argv, cfgs)
 	return err
+}
+
+// benchModel imports stories15M and stores whole-model shards of each
+// weight type once, returning the model CID.
+func benchModel(ctx context.Context, env *Env) (string, error) {
+	dir := models.Home()
+	state := filepath.Join(dir, "bench-stories15M.json")
+	if b, err := os.ReadFile(state); err == nil {
+		mc := strings.TrimSpace(string(b))
+		if st, err := shards.Open(dir); err == nil {
+			c, err := cid.Decode(mc)
+			if err == nil {
+				if m, err := st.Manifest(ctx, c); err == nil && len(m.Layouts) >= 3 {
+					st.Close()
+					return mc, nil
+				}
+			}
+			st.Close()
+		}
+	}
+	mdir, err := pullModel(ctx, env, "stories15M")
+	if err != nil {
+		return "", err
+	}
+	w, err := checkpoint.LoadLlama2C(filepath.Join(mdir, "stories15M.bin"), 0, 0)
+	if err != nil {
+		return "", err
+	}
+	defer w.Close()
+	st, err := shards.Open(dir)
+	if err != nil {
+		return "", err
+	}
+	defer st.Close()
+	_, mc, err := st.Import(ctx, shards.Source{Name: "stories15M", Weights: w, Origin: shards.Artifact{Format: "llama2c"}}, nil)
+	if err != nil {
+		return "", err
+	}
+	for _, q := range []ovrt.DType{ovrt.Q8_0, ovrt.Q4_0} {
+		if _, mc, err = st.Split(ctx, mc, []shards.Stage{{Start: 0, End: w.Config.Layers}}, q, "whole", nil); err != nil {
+			return "", err
+		}
+	}
+	return mc.String(), os.WriteFile(state, []byte(mc.String()), 0o644)
 }
