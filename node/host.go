@@ -1,13 +1,16 @@
 package node
 
 import (
+	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 
 	"github.com/libp2p/go-libp2p"
+	dht "github.com/libp2p/go-libp2p-kad-dht"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -119,4 +122,36 @@ func ParseAddrs(addrs []string) ([]peer.AddrInfo, error) {
 		return nil, fmt.Errorf("node: addresses %v: %w", addrs, err)
 	}
 	return infos, nil
+}
+
+// ErrBootstrap is returned when no bootstrap peer can be reached.
+var ErrBootstrap = errors.New("node: no bootstrap peer reachable")
+
+// JoinDHT starts the pipeshard DHT (under DHTPrefix, apart from the
+// public IPFS DHT) on h, as a server or a client, and connects to the
+// bootstrap peers. It fails only when there were peers and none answered.
+func JoinDHT(ctx context.Context, h host.Host, mode dht.ModeOpt, boot []peer.AddrInfo, log *slog.Logger) (*dht.IpfsDHT, error) {
+	d, err := dht.New(h, dht.Mode(mode), dht.ProtocolPrefix(DHTPrefix), dht.BootstrapPeers(boot...))
+	if err != nil {
+		return nil, fmt.Errorf("node: dht: %w", err)
+	}
+	reached := 0
+	var last error
+	for _, b := range boot {
+		if err := h.Connect(ctx, b); err != nil {
+			log.Warn("bootstrap peer unreachable", "peer", b.ID, "err", err)
+			last = err
+			continue
+		}
+		reached++
+	}
+	if len(boot) > 0 && reached == 0 {
+		d.Close()
+		return nil, fmt.Errorf("%w: %w", ErrBootstrap, last)
+	}
+	if err := d.Bootstrap(ctx); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("node: dht bootstrap: %w", err)
+	}
+	return d, nil
 }

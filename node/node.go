@@ -112,19 +112,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.log = n.log.With("peer", n.Host.ID().ShortString())
 	boot, _ := ParseAddrs(cfg.Bootstrap)
-	n.DHT, err = dht.New(n.Host, dht.Mode(dht.ModeServer), dht.ProtocolPrefix(DHTPrefix), dht.BootstrapPeers(boot...))
-	if err != nil {
+	if n.DHT, err = JoinDHT(ctx, n.Host, dht.ModeServer, boot, n.log); err != nil {
 		n.Close()
-		return nil, fmt.Errorf("node: dht: %w", err)
-	}
-	for _, b := range boot {
-		if err := n.Host.Connect(ctx, b); err != nil {
-			n.log.Warn("bootstrap peer unreachable", "addr", b, "err", err)
-		}
-	}
-	if err := n.DHT.Bootstrap(ctx); err != nil {
-		n.Close()
-		return nil, fmt.Errorf("node: dht bootstrap: %w", err)
+		return nil, err
 	}
 	if n.Fetch, err = fetch.New(ctx, n.Host, n.DHT, n.Store.Blocks, fetch.WithLogger(n.log)); err != nil {
 		n.Close()

@@ -74,18 +74,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		c.Close()
 		return nil, err
 	}
-	c.DHT, err = dht.New(c.Host, dht.Mode(dht.ModeClient), dht.ProtocolPrefix(node.DHTPrefix), dht.BootstrapPeers(boot...))
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
-	for _, b := range boot {
-		if err := c.Host.Connect(ctx, b); err != nil {
-			c.Close()
-			return nil, fmt.Errorf("swarm: bootstrap %s: %w", b.ID.ShortString(), err)
-		}
-	}
-	if err := c.DHT.Bootstrap(ctx); err != nil {
+	if c.DHT, err = node.JoinDHT(ctx, c.Host, dht.ModeClient, boot, c.log); err != nil {
 		c.Close()
 		return nil, err
 	}
