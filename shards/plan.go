@@ -140,6 +140,9 @@ func BalancedSplit(cs Costs, p Profile, n int) ([]Stage, error) {
 	if n < 1 || n > L+cs.Vocab/headAlign {
 		return nil, fmt.Errorf("shards: cannot cut %d layers and a %d-row head into %d stages", L, cs.Vocab, n)
 	}
+	if n == 1 {
+		return []Stage{{Start: 0, End: L}}, nil
+	}
 	// pack returns the stages needed when no stage may exceed limit, or
 	// nil when some single layer already does.
 	pack := func(limit float64) []Stage {

@@ -20,6 +20,7 @@ func TestBalancedSplitWithinBound(t *testing.T) {
 		quant ovrt.DType
 		n     int
 	}{
+		{"stories f32 1", stories, ovrt.F32, 1},
 		{"stories f32 2", stories, ovrt.F32, 2},
 		{"stories f32 3", stories, ovrt.F32, 3},
 		{"stories q8 2", stories, ovrt.Q8_0, 2},
