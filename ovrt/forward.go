@@ -48,9 +48,10 @@ func (r *Request) Infer(s Step) (Result, error) {
 }
 
 // parallelMACs is the work (multiply-adds) below which a product runs on
-// the calling goroutine: handing small work to other threads costs more
-// than doing it. For stories15M only the LM head is split.
-const parallelMACs = 1 << 20
+// the calling goroutine: handing smaller work to other threads costs more
+// than doing it, even with the pool's spinning workers (for stories15M:
+// every product but the smallest is split).
+const parallelMACs = 1 << 16
 
 // scratch holds a Forward call's activations, reused across calls.
 type scratch struct {
