@@ -22,8 +22,8 @@ type pool struct {
 	n      int
 	gen    atomic.Uint64 // bumped to start a region
 	work   func(lo, hi int)
-	parts  [][2]int      // part i runs on worker i (part 0 on the caller)
-	left   atomic.Int32  // parts not yet finished
+	parts  [][2]int     // part i runs on worker i (part 0 on the caller)
+	left   atomic.Int32 // parts not yet finished
 	closed atomic.Bool
 	ws     []*worker
 }
