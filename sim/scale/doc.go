@@ -1,0 +1,2 @@
+// Package scale is pipeshard's swarm-scale simulator.
+package scale
