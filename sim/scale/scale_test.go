@@ -202,7 +202,7 @@ func TestFailover(t *testing.T) {
 	slow := shards.Profile{BytesPerSec: p.BytesPerSec, MACsPerSec: p.MACsPerSec / 2}
 	svcA, svcB := p.Seconds(h.costs.Work(shards.Stage{Start: 0, End: 40})), p.Seconds(h.costs.Work(shards.Stage{Start: 40, End: 80}))
 	L := 0.005 + svcA + h.xfer + 0.040 + svcB + 0.040 // s per token
-	dieAt := Duration(2.5 * L * 1e9)                   // B dies computing the third token
+	dieAt := Duration(2.5 * L * 1e9)                  // B dies computing the third token
 
 	t.Run("replacement", func(t *testing.T) {
 		cfg := handConfig()
