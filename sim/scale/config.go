@@ -243,7 +243,8 @@ type Swarm struct {
 // bytes/s and MACs/s independently as the median times e^(Spread·z), z
 // standard normal, clipped to [median/4, median×4]. If Measured is set,
 // each node instead draws one of those profiles uniformly (measured
-// numbers, e.g. from `pipeshard bench`), unscaled.
+// numbers, e.g. from `pipeshard bench`), unscaled; in JSON a profile is
+// {"BytesPerSec": 2e10, "MACsPerSec": 1.6e10}.
 type Speed struct {
 	BytesPerSec float64          `json:"bytes_per_sec"`
 	MACsPerSec  float64          `json:"macs_per_sec"`
@@ -251,8 +252,11 @@ type Speed struct {
 	Measured    []shards.Profile `json:"measured,omitempty"`
 }
 
-// NodeSpec is one node of a scripted swarm. Zero fields are drawn as for
-// a random node, except Stage (zero: chosen by placement) and DieAt.
+// NodeSpec is one node of a scripted swarm. Region and AccessRTT are
+// taken as given; a zero Profile field, UplinkMbps or MemoryGB is drawn
+// as for a random node; a nil Stage is chosen by placement. The node
+// serves from JoinAt (its shard already loaded) and dies at DieAt, or by
+// churn if DieAt is 0.
 type NodeSpec struct {
 	Region     int            `json:"region"`
 	AccessRTT  Duration       `json:"access_rtt"` // last-mile RTT (0: none)
@@ -260,8 +264,8 @@ type NodeSpec struct {
 	UplinkMbps float64        `json:"uplink_mbps"`
 	MemoryGB   float64        `json:"memory_gb"`
 	Stage      *shards.Stage  `json:"stage,omitempty"` // serve this, whatever placement says
-	DieAt      Duration       `json:"die_at"`          // 0: by churn (never without it)
-	JoinAt     Duration       `json:"join_at"`         // 0: serving at time 0
+	DieAt      Duration       `json:"die_at"`
+	JoinAt     Duration       `json:"join_at"`
 }
 
 // Network is where nodes and clients are and how links behave. The
@@ -354,9 +358,10 @@ var (
 //   - shards load at 200 MB/s; lifetimes exponential with mean 30 min;
 //   - five regions (10 ms within, 65–150 ms between), last-mile RTTs of
 //     2–20 ms, uplinks 10–200 Mbit/s, failures noticed after 1 s;
-//   - sessions of a 32-token prompt and 64 generated tokens, arriving at
-//     0.6 per second per 1,000 nodes (about half of what the swarm can
-//     compute under min-latency routing);
+//   - sessions of a 16-token prompt and 32 generated tokens, arriving at
+//     0.6 per second per 1,000 nodes (light load: with even routes the
+//     nodes would be busy about a tenth of the time), given up after
+//     30 min;
 //   - min-latency routing, even placement; status every 2 s;
 //   - the first sixth of the run (5 min of 30) is warm-up; coverage is
 //     sampled every 30 s; sessions get up to 30 min to finish.

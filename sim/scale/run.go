@@ -36,7 +36,7 @@ func Compare(cfg Config, seed uint64, policies []Policy) ([]Results, error) {
 	out := make([]Results, len(policies))
 	errs := make([]error, len(policies))
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	sem := make(chan struct{}, maxProcs())
 	for i, p := range policies {
 		c := cfg
 		c.Routing, c.Placement = p.Routing, p.Placement
@@ -54,3 +54,5 @@ func Compare(cfg Config, seed uint64, policies []Policy) ([]Results, error) {
 	}
 	return out, nil
 }
+
+func maxProcs() int { return runtime.GOMAXPROCS(0) }
