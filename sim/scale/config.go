@@ -514,6 +514,8 @@ func (c Config) Validate() error {
 		return bad("workload: timeout %v", w.Timeout)
 	case w.PromptTokens < 1 || w.Tokens < 1:
 		return bad("workload: %d prompt tokens, %d tokens (want at least 1 each)", w.PromptTokens, w.Tokens)
+	case w.PromptTokens+w.Tokens > mc.Context:
+		return bad("workload: %d prompt and %d generated tokens exceed the model's context of %d", w.PromptTokens, w.Tokens, mc.Context)
 	}
 	for i, sp := range w.Scripted {
 		if sp.Region < 0 || sp.Region >= len(n.Regions) || sp.At < 0 || sp.AccessRTT < 0 {
@@ -527,7 +529,7 @@ func (c Config) Validate() error {
 		return err
 	}
 	r := c.Rebalance
-	if c.Placement == Dynamic && (r.Period <= 0 || !nonneg(r.Imbalance) || !nonneg(r.Gain) || r.DrainTimeout < 0) {
+	if c.Placement == Dynamic && (r.Period < Duration(time.Second) || !nonneg(r.Imbalance) || !nonneg(r.Gain) || r.DrainTimeout < 0) {
 		return bad("rebalance: %+v", r)
 	}
 	if err := (route.Options{Batch: c.RouteBatch, LoadWeight: c.LoadWeight}).Validate(); err != nil {
@@ -540,8 +542,31 @@ func (c Config) Validate() error {
 		return bad("duration %v", c.Duration)
 	case c.Drain < 0 || c.Warmup < 0 || c.Warmup >= c.Duration:
 		return bad("drain %v, warmup %v of %v", c.Drain, c.Warmup, c.Duration)
-	case c.CoverageEvery <= 0:
-		return bad("coverage sampling every %v", c.CoverageEvery)
+	case c.CoverageEvery < Duration(time.Second):
+		return bad("coverage sampling every %v (want at least 1s)", c.CoverageEvery)
+	}
+	// Bound the work a scenario asks for: the expected sessions and
+	// joins, and the simulated time.
+	span := (c.Duration + c.Drain).D()
+	joins := 0.0
+	if s.MeanLifetime > 0 {
+		joins = float64(s.Nodes) * span.Seconds() / s.MeanLifetime.D().Seconds()
+	}
+	switch {
+	case span > maxSpan:
+		return bad("duration and drain %v exceed %v", span, maxSpan)
+	case w.SessionsPerSec*c.Duration.D().Seconds()+float64(len(w.Scripted)) > maxSessions:
+		return bad("about %.0f sessions (at most %d)", w.SessionsPerSec*c.Duration.D().Seconds(), int(maxSessions))
+	case joins > maxJoins:
+		return bad("about %.0f joins (at most %d)", joins, int(maxJoins))
 	}
 	return nil
 }
+
+// Limits on a scenario's size, far above what a run of 10,000 nodes for
+// a few hours needs.
+const (
+	maxSpan     = 1000 * 24 * time.Hour
+	maxSessions = 1e8
+	maxJoins    = 1e7
+)

@@ -245,8 +245,16 @@ func (s *sim) schedule(at time.Duration, kind evKind, a int32, b uint32, j job) 
 }
 
 // seconds converts a time in seconds from the cost model to virtual time,
-// rounded to the nanosecond.
-func seconds(x float64) time.Duration { return time.Duration(math.Round(x * 1e9)) }
+// rounded to the nanosecond, at most maxDelay.
+func seconds(x float64) time.Duration {
+	if !(x*1e9 < float64(maxDelay)) {
+		return maxDelay
+	}
+	return time.Duration(math.Round(x * 1e9))
+}
+
+// maxDelay bounds every delay (a century), so that times never overflow.
+const maxDelay = 100 * 365 * 24 * time.Hour
 
 func (s *sim) exp(r *rand.Rand, mean time.Duration) time.Duration {
 	return seconds(r.ExpFloat64() * mean.Seconds())
