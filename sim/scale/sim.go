@@ -2,6 +2,7 @@ package scale
 
 import (
 	"container/heap"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -750,8 +751,10 @@ func (s *sim) client() (int, time.Duration) {
 	return pickRegion(s.rWork, c.Regions), uniform(s.rWork, c.AccessRTT[0].D(), c.AccessRTT[1].D())
 }
 
-// plan asks route for a session's route over the current view; failed
-// names the node it is failing over from, if any.
+// plan asks route for a session's route over the view, refreshing the
+// view's loads if they are a status period old: route.Replan without
+// ss.failed if the session is failing over, route.Plan otherwise. Only
+// route.ErrNoRoute is expected (the options were validated).
 func (s *sim) plan(ss *session) ([]int32, error) {
 	if s.now-s.viewAt >= s.cfg.StatusPeriod.D() || s.viewAt < 0 {
 		for i, ni := range s.viewNode {
@@ -768,6 +771,9 @@ func (s *sim) plan(ss *session) ([]int32, error) {
 		r, err = route.Plan(s.m.rm, s.view, rtt, s.opts)
 	}
 	if err != nil {
+		if !errors.Is(err, route.ErrNoRoute) {
+			panic(fmt.Sprintf("scale: route rejected validated inputs: %v", err))
+		}
 		return nil, err
 	}
 	hops := make([]int32, len(r.Hops))
