@@ -44,7 +44,7 @@ func newPool(n int) *pool {
 }
 
 func (p *pool) run(i int, w *worker) {
-	seen := p.gen.Load()
+	var seen uint64 // gen starts at 0: a region may begin before this goroutine runs
 	for {
 		// Wait for the next region: spin, then park.
 		start := time.Now()

@@ -3,6 +3,8 @@ package checkpoint
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
+	"os"
 
 	"github.com/pipeshard/pipeshard/internal/mmapfile"
 	"github.com/pipeshard/pipeshard/ovrt"
@@ -27,11 +29,15 @@ const (
 
 // LoadLlama2C loads the layers [start, end) of a llama2.c legacy
 // checkpoint (the format of run.c's export.py --version 0 and of
-// stories15M.bin); end <= 0 means through the last layer. The file is
-// memory-mapped and the tensors are views of the mapping, released by
-// the returned Weights' Close.
+// stories15M.bin); end <= 0 means through the last layer. The tensors are
+// views of one buffer, released by the returned Weights' Close.
+//
+// The file's 28-byte header leaves every tensor 28 bytes past a cache
+// line, which costs the kernels about 8% (every vector load spans two
+// lines), so the file is read into an anonymous mapping at an offset that
+// puts the tensors on 64-byte boundaries, rather than mapped in place.
 func LoadLlama2C(path string, start, end int) (*ovrt.Weights, error) {
-	f, err := mmapfile.Open(path)
+	f, err := readAligned(path, llama2cHeaderSize)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
@@ -227,3 +233,37 @@ func parseLlama2C(name string, b []byte, start, end int) (w *ovrt.Weights, copie
 	}
 	return w, copied, nil
 }
+
+// readAligned reads the file at path into an anonymous mapping so that
+// byte dataStart of the file lands on a 64-byte boundary.
+func readAligned(path string, dataStart int) (*alignedFile, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	st, err := fh.Stat()
+	if err != nil {
+		return nil, err
+	}
+	lead := (64 - dataStart%64) % 64
+	buf, err := mmapfile.Anon(int(st.Size()) + lead)
+	if err != nil {
+		return nil, err
+	}
+	data := buf.Bytes()[lead:]
+	if _, err := io.ReadFull(fh, data); err != nil {
+		buf.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &alignedFile{buf: buf, data: data}, nil
+}
+
+// alignedFile is a file's bytes in an anonymous mapping.
+type alignedFile struct {
+	buf  *mmapfile.File
+	data []byte
+}
+
+func (f *alignedFile) Bytes() []byte { return f.data }
+func (f *alignedFile) Close() error  { return f.buf.Close() }
