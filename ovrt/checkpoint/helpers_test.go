@@ -14,7 +14,6 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/pipeshard/pipeshard/internal/mmapfile"
 	"github.com/pipeshard/pipeshard/ovrt"
 )
 
@@ -247,7 +246,7 @@ func editJSON(b []byte, edit func(m map[string]any)) []byte {
 }
 
 // within reports whether v's storage lies inside f's mapping.
-func within(f *mmapfile.File, v []float32) bool {
+func within(f interface{ Bytes() []byte }, v []float32) bool {
 	b := f.Bytes()
 	if len(v) == 0 || len(b) == 0 {
 		return false
