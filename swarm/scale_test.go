@@ -26,7 +26,7 @@ func TestThirtyNodeSwarm(t *testing.T) {
 	if testing.Short() {
 		t.Skip("32 nodes")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	cfg, err := shards.SynthConfig("tiny", 6)
 	if err != nil {
@@ -66,22 +66,36 @@ func TestThirtyNodeSwarm(t *testing.T) {
 	}
 	f := &fixture{store: master, manifest: m, mc: mc}
 	const n = 32
-	var nodes []*node.Node
+	// The first node is everyone's bootstrap; the rest start together.
+	nodes := make([]*node.Node, n)
+	homes := make([]string, n)
 	for i := range n {
-		home := filepath.Join(t.TempDir(), fmt.Sprint("n", i))
-		shard := all[i%len(all)]
-		f.copyTo(t, home, shard, mc.String())
-		cfg := node.Config{Home: home, Shard: shard, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Threads: 1}
-		if i > 0 {
-			cfg.Bootstrap = nodes[0].Addrs()
-		}
+		homes[i] = filepath.Join(t.TempDir(), fmt.Sprint("n", i))
+		f.copyTo(t, homes[i], all[i%len(all)], mc.String())
+	}
+	start := func(i int, boot []string) error {
+		home, shard := homes[i], all[i%len(all)]
+		cfg := node.Config{Home: home, Shard: shard, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Threads: 1, Bootstrap: boot}
 		nd, err := node.New(ctx, cfg)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		t.Cleanup(func() { nd.Close() })
 		go nd.Run(ctx)
-		nodes = append(nodes, nd)
+		nodes[i] = nd
+		return nil
+	}
+	if err := start(0, nil); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, n)
+	for i := 1; i < n; i++ {
+		go func() { errs <- start(i, nodes[0].Addrs()) }()
+	}
+	for i := 1; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 	c, err := swarm.New(ctx, swarm.Config{Home: t.TempDir(), Bootstrap: nodes[5].Addrs(), Listen: []string{"/ip4/127.0.0.1/tcp/0"}})
 	if err != nil {
