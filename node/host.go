@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/libp2p/go-libp2p"
 	dht "github.com/libp2p/go-libp2p-kad-dht"
@@ -138,7 +139,18 @@ func JoinDHT(ctx context.Context, h host.Host, mode dht.ModeOpt, boot []peer.Add
 	reached := 0
 	var last error
 	for _, b := range boot {
-		if err := h.Connect(ctx, b); err != nil {
+		// A busy bootstrap peer may time out a handshake: try three times.
+		var err error
+		for attempt := range 3 {
+			if err = h.Connect(ctx, b); err == nil || ctx.Err() != nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Duration(attempt+1) * time.Second):
+			}
+		}
+		if err != nil {
 			log.Warn("bootstrap peer unreachable", "peer", b.ID, "err", err)
 			last = err
 			continue
