@@ -66,7 +66,7 @@ func TestThirtyNodeSwarm(t *testing.T) {
 	}
 	f := &fixture{store: master, manifest: m, mc: mc}
 	const n = 32
-	// The first node is everyone's bootstrap; the rest start together.
+	// The first node is everyone's bootstrap.
 	nodes := make([]*node.Node, n)
 	homes := make([]string, n)
 	for i := range n {
@@ -80,7 +80,17 @@ func TestThirtyNodeSwarm(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		t.Cleanup(func() { nd.Close() })
+		t.Cleanup(func() {
+			// Under -race on a loaded machine a node's Close was once seen
+			// to hang (not reproduced since): do not let it hang the test.
+			done := make(chan struct{})
+			go func() { nd.Close(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Errorf("node %d: Close did not return within 30 s", i)
+			}
+		})
 		go nd.Run(ctx)
 		nodes[i] = nd
 		return nil
@@ -88,17 +98,8 @@ func TestThirtyNodeSwarm(t *testing.T) {
 	if err := start(0, nil); err != nil {
 		t.Fatal(err)
 	}
-	errs := make(chan error, n)
-	slots := make(chan struct{}, 4) // a few at a time: node 0 answers every handshake
 	for i := 1; i < n; i++ {
-		go func() {
-			slots <- struct{}{}
-			defer func() { <-slots }()
-			errs <- start(i, nodes[0].Addrs())
-		}()
-	}
-	for i := 1; i < n; i++ {
-		if err := <-errs; err != nil {
+		if err := start(i, nodes[0].Addrs()); err != nil {
 			t.Fatal(err)
 		}
 	}
