@@ -103,16 +103,18 @@ func Run(ctx context.Context, b Backend, prompt []int, o Options) (Result, error
 	for i, id := range prompt {
 		ids[i] = int32(id)
 	}
+	if o.MaxTokens == 0 && o.OnPromptLogits == nil {
+		return res, nil
+	}
 	t0 := now()
 	step := Step{Pos: 0, IDs: ids, Uniform: []float64{uniform()}}
 	if o.OnPromptLogits != nil {
+		// Every prompt position gets a row; only the last one's id is
+		// used, and it draws with the same number as without logits.
+		u := step.Uniform[0]
 		step.All, step.Logits = true, true
 		step.Uniform = make([]float64, len(ids))
-		step.Uniform[len(ids)-1] = step.Uniform[0]
-		step.Uniform[0] = 0
-	}
-	if o.MaxTokens == 0 && o.OnPromptLogits == nil {
-		return res, nil
+		step.Uniform[len(ids)-1] = u
 	}
 	out, err := b.Step(ctx, step)
 	if err != nil {

@@ -120,3 +120,23 @@ func TestPromptErrors(t *testing.T) {
 		t.Fatalf("long prompt: %v", err)
 	}
 }
+
+// TestPromptLogitsKeepTheDraw: asking for the prompt's logits must not
+// change which number the first token is drawn with.
+func TestPromptLogitsKeepTheDraw(t *testing.T) {
+	first := func(logits bool) float64 {
+		s := &script{next: []int{3}}
+		o := Options{MaxTokens: 1, Seed: 4, EOS: -1}
+		if logits {
+			o.OnPromptLogits = func([]float32) {}
+		}
+		if _, err := Run(context.Background(), s, []int{1, 2, 3}, o); err != nil {
+			t.Fatal(err)
+		}
+		u := s.steps[0].Uniform
+		return u[len(u)-1]
+	}
+	if a, b := first(false), first(true); a != b || a == 0 {
+		t.Fatalf("last-row uniform %v with --logits-out, %v without", b, a)
+	}
+}
