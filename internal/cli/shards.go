@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -364,25 +365,29 @@ func shardsShow(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 		return err
 	}
 	defer s.Close()
+	// A shard's header is at its start: read just that, not the tensors.
 	r, _, err := s.Blocks.Open(ctx, c)
 	if err != nil {
 		return err
 	}
-	head := make([]byte, 1<<16)
+	head := make([]byte, len(shards.Magic)+4)
 	n, _ := io.ReadFull(r, head)
-	r.Close()
-	head = head[:n]
-	if bytes.HasPrefix(head, []byte(shards.Magic)) {
-		data, err := s.ReadAll(ctx, c, 1<<40)
-		if err != nil {
-			return err
+	if n == len(head) && bytes.HasPrefix(head, []byte(shards.Magic)) {
+		size := binary.LittleEndian.Uint32(head[len(shards.Magic):])
+		if size <= 16<<20 {
+			rest := make([]byte, size)
+			if _, err := io.ReadFull(r, rest); err == nil {
+				head = append(head, rest...)
+			}
 		}
-		h, err := shards.ParseHeader(data)
+		r.Close()
+		h, err := shards.ParseHeader(head)
 		if err != nil {
 			return err
 		}
 		return printJSON(env.Stdout, h)
 	}
+	r.Close()
 	m, err := s.Manifest(ctx, c)
 	if err != nil {
 		return err
