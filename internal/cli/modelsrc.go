@@ -45,9 +45,12 @@ func (l *loadedModel) Close() {
 func loadWeights(ctx context.Context, env *Env, path string, start, end int) (*ovrt.Weights, string, error) {
 	if _, ok := models.Known[path]; ok {
 		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-			dir, err := pullModel(ctx, env, path)
-			if err != nil {
-				return nil, "", err
+			dir := models.Dir(models.Home(), path)
+			if !models.Present(models.Home(), path) {
+				var err error
+				if dir, err = pullModel(ctx, env, path); err != nil {
+					return nil, "", err
+				}
 			}
 			path = filepath.Join(dir, path+".bin")
 		}

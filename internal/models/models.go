@@ -130,6 +130,22 @@ func Pull(ctx context.Context, name, home string, prog Progress) (string, error)
 	return dir, nil
 }
 
+// Present reports whether model name's files are in home with their
+// expected sizes: a cheap check for every start-up. Pull re-hashes them.
+func Present(home, name string) bool {
+	r, ok := Known[name]
+	if !ok {
+		return false
+	}
+	for _, f := range r.Files {
+		st, err := os.Stat(filepath.Join(Dir(home, name), f.Name))
+		if err != nil || f.Size >= 0 && st.Size() != f.Size {
+			return false
+		}
+	}
+	return true
+}
+
 // check verifies every file of r in dir.
 func (r Recipe) check(dir string) error {
 	for _, f := range r.Files {

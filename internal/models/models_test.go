@@ -84,3 +84,20 @@ func TestPullPresentIsIdempotent(t *testing.T) {
 		t.Fatalf("steps %q", steps)
 	}
 }
+
+func TestPresentChecksSizes(t *testing.T) {
+	home := t.TempDir()
+	if Present(home, "stories15M") {
+		t.Fatal("an empty home has the model")
+	}
+	dir := Dir(home, "stories15M")
+	os.MkdirAll(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "stories15M.bin"), []byte("short"), 0o644)
+	os.WriteFile(filepath.Join(dir, "tokenizer.bin"), []byte("x"), 0o644)
+	if Present(home, "stories15M") {
+		t.Fatal("a truncated checkpoint counts as present")
+	}
+	if Present(home, "nope") {
+		t.Fatal("an unknown model is present")
+	}
+}
