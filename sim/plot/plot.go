@@ -47,6 +47,7 @@ const (
 	marginTop    = 40
 	marginBottom = 55
 	legendRow    = 16
+	charWidth    = 7 // a rough width of one character at font size 12
 )
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
@@ -209,7 +210,12 @@ func (l Line) WriteSVG(w io.Writer) error {
 			named++
 		}
 	}
-	legendCols := max(1, (width-marginLeft-marginRight)/140)
+	longest := 0
+	for _, s := range l.Series {
+		longest = max(longest, len([]rune(s.Name)))
+	}
+	colW := max(100, longest*charWidth+34)
+	legendCols := max(1, (width-marginLeft-marginRight)/colW)
 	legendH := 0
 	if named > 0 {
 		legendH = (named + legendCols - 1) / legendCols * legendRow
@@ -243,7 +249,7 @@ func (l Line) WriteSVG(w io.Writer) error {
 		}
 		flush()
 		if s.Name != "" {
-			lx := float64(marginLeft + (k%legendCols)*140)
+			lx := float64(marginLeft + (k%legendCols)*colW)
 			ly := float64(marginTop + (k/legendCols)*legendRow)
 			c.line(lx, ly-4, lx+18, ly-4, `stroke="`+color+`" stroke-width="3"`)
 			c.text(lx+22, ly, "start", "", s.Name)
@@ -268,15 +274,33 @@ func (b Bar) WriteSVG(w io.Writer) error {
 		}
 	}
 	width, height := size(b.Width, b.Height)
-	f := &frame{x0: marginLeft, y0: marginTop, x1: float64(width - marginRight), y1: float64(height - marginBottom), ylabel: b.YLabel}
+	// Labels wider than their bar's slot are drawn slanted, with room
+	// below for them.
+	slot := float64(width-marginLeft-marginRight) / float64(len(b.Values))
+	longest := 0
+	for _, l := range b.Labels {
+		longest = max(longest, len([]rune(l)))
+	}
+	slant := float64(longest*charWidth) > slot*0.95
+	bottom := float64(marginBottom)
+	if slant {
+		bottom = max(bottom, 24+float64(longest*charWidth)*0.6)
+		height += int(bottom) - marginBottom
+	}
+	f := &frame{x0: marginLeft, y0: marginTop, x1: float64(width - marginRight), y1: float64(height) - bottom, ylabel: b.YLabel}
 	f.yticks, f.ylo, f.yhi, f.ystep = ticks(ylo, yhi, 6)
 	f.xlo, f.xhi = 0, 1
 	c := newCanvas(w, width, height, b.Title)
 	c.axes(f, false)
-	slot := (f.x1 - f.x0) / float64(len(b.Values))
 	for i, v := range b.Values {
 		cx := f.x0 + slot*(float64(i)+0.5)
-		c.text(cx, f.y1+16, "middle", "", b.Labels[i])
+		if slant {
+			y := f.y1 + 14
+			fmt.Fprintf(c.w, `<text x="%s" y="%s" text-anchor="end" transform="rotate(-35 %s %s)">%s</text>`+"\n",
+				num(cx+4), num(y), num(cx+4), num(y), html.EscapeString(b.Labels[i]))
+		} else {
+			c.text(cx, f.y1+16, "middle", "", b.Labels[i])
+		}
 		if !finite(v) {
 			c.text(cx, f.y1-6, "middle", `fill="#999"`, "n/a")
 			continue
