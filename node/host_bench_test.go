@@ -17,10 +17,10 @@ import (
 // "back" answers on a stream the server opened to the client, as the last
 // stage does. The stage protocol cannot add less than this per hop.
 //
-// "busy" keeps the calling goroutine computing for 3 ms between round
-// trips, as a client does while it runs its own layers or a benchmark does
-// while it runs the in-process reference, and leaves the other core idle
-// meanwhile. Only the round trips are timed. On a virtual machine whose
+// "busy3ms" and "busy13ms" keep the calling goroutine computing between
+// round trips, as a client does while it runs its own layers or a
+// benchmark does while it runs the in-process reference, and leave the
+// other core idle meanwhile. Only the round trips are timed. On a virtual machine whose
 // idle vCPUs halt at once, the wake-up of the idle core shows here: it is
 // the machine's cost, paid by any RPC, not the stage protocol's.
 //
@@ -31,13 +31,13 @@ func BenchmarkStreamRoundTrip(b *testing.B) {
 		{"quic", "/ip4/127.0.0.1/udp/0/quic-v1"},
 	} {
 		for _, back := range []bool{false, true} {
-			for _, busy := range []time.Duration{0, 3 * time.Millisecond} {
+			for _, busy := range []time.Duration{0, 3 * time.Millisecond, 13 * time.Millisecond} {
 				name := tr.name + "/same"
 				if back {
 					name = tr.name + "/back"
 				}
 				if busy > 0 {
-					name += "/busy"
+					name += "/busy" + busy.String()
 				}
 				b.Run(name, func(b *testing.B) { benchRoundTrip(b, tr.addr, back, busy) })
 			}
