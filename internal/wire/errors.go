@@ -27,6 +27,7 @@ var (
 	ErrClosed         = errors.New("stage: session closed")
 	ErrProtocol       = errors.New("stage: protocol violation")
 	ErrForbidden      = errors.New("stage: peer not allowed")
+	ErrLimit          = errors.New("stage: per-peer limit reached")
 )
 
 var codes = []struct {
@@ -37,7 +38,7 @@ var codes = []struct {
 	{5, ErrTooLarge}, {6, ErrWrongShard}, {7, ErrOverloaded}, {8, ErrEvicted},
 	{9, ErrIdle}, {10, ErrContextFull}, {11, ErrTokenRange}, {12, ErrDraining},
 	{13, ErrNextHop}, {14, ErrInternal}, {15, ErrClosed}, {16, ErrProtocol},
-	{17, ErrForbidden},
+	{17, ErrForbidden}, {18, ErrLimit},
 }
 
 // CodeOf returns the code of the first sentinel err wraps (ErrInternal's

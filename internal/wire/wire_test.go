@@ -26,6 +26,7 @@ func sampleMessages() []Message {
 		&Result{Session: s, Seq: 7, Rows: 1, Kind: ResultTopK, K: 2, Cands: []Cand{{1, 2}, {3, 4}}},
 		&Result{Session: s, Seq: 7, Rows: 1, Kind: ResultLogits, Logits: []float32{1, 2, 3}},
 		&Error{Session: s, Seq: 3, Hop: 1, Code: 3, Msg: "position 9 with 4 cached"},
+		&Error{Session: s, Seq: 4, Hop: 0, Code: 18, Msg: "3 sessions of this peer"},
 		&Close{Session: s, Reason: 1},
 		&Credit{Session: s, N: 4},
 	}
