@@ -12,6 +12,7 @@ import (
 	"github.com/ipfs/go-cid"
 	dht "github.com/libp2p/go-libp2p-kad-dht"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -49,6 +50,11 @@ type Config struct {
 	// Progress, if set, sees a shard fetch's bytes.
 	Progress func(done, total int64)
 	Log      *slog.Logger
+	// Host, if set, is the node's libp2p host (a simulated one, say):
+	// New uses it instead of starting one from Home's identity key and
+	// Listen. The node owns it from the call to New on: Close closes it,
+	// and so does a New that fails.
+	Host host.Host
 }
 
 // Validate checks c.
@@ -88,7 +94,14 @@ type Node struct {
 }
 
 // New starts a node's host and DHT and loads its shard; Run serves.
-func New(ctx context.Context, cfg Config) (*Node, error) {
+func New(ctx context.Context, cfg Config) (_ *Node, err error) {
+	if cfg.Host != nil {
+		defer func() {
+			if err != nil {
+				cfg.Host.Close()
+			}
+		}()
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -99,14 +112,18 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.Reprovide = 12 * time.Hour
 	}
 	n := &Node{cfg: cfg, log: cfg.Log}
-	key, err := LoadIdentity(filepath.Join(cfg.Home, "identity.key"))
-	if err != nil {
-		return nil, err
+	var key crypto.PrivKey
+	if cfg.Host == nil {
+		if key, err = LoadIdentity(filepath.Join(cfg.Home, "identity.key")); err != nil {
+			return nil, err
+		}
 	}
 	if n.Store, err = shards.Open(cfg.Home); err != nil {
 		return nil, err
 	}
-	if n.Host, err = NewHost(HostOptions{Key: key, Listen: cfg.Listen}); err != nil {
+	if cfg.Host != nil {
+		n.Host = cfg.Host
+	} else if n.Host, err = NewHost(HostOptions{Key: key, Listen: cfg.Listen}); err != nil {
 		n.Store.Close()
 		return nil, err
 	}

@@ -28,6 +28,11 @@ type Config struct {
 	Bootstrap []string // full multiaddrs
 	Listen    []string // default: TCP and QUIC on all interfaces
 	Log       *slog.Logger
+	// Host, if set, is the client's libp2p host (a simulated one, say):
+	// New uses it instead of starting one on Listen. The client owns it
+	// from the call to New on: Close closes it, and so does a New that
+	// fails.
+	Host host.Host
 }
 
 // Client talks to a swarm.
@@ -51,7 +56,14 @@ type Client struct {
 
 // New starts a client host, joins the DHT through the bootstrap peers,
 // and registers the result handler.
-func New(ctx context.Context, cfg Config) (*Client, error) {
+func New(ctx context.Context, cfg Config) (_ *Client, err error) {
+	if cfg.Host != nil {
+		defer func() {
+			if err != nil {
+				cfg.Host.Close()
+			}
+		}()
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
@@ -63,7 +75,9 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if c.Store, err = shards.Open(cfg.Home); err != nil {
 		return nil, err
 	}
-	if c.Host, err = node.NewHost(node.HostOptions{Listen: cfg.Listen}); err != nil {
+	if cfg.Host != nil {
+		c.Host = cfg.Host
+	} else if c.Host, err = node.NewHost(node.HostOptions{Listen: cfg.Listen}); err != nil {
 		c.Store.Close()
 		return nil, err
 	}
