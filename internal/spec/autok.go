@@ -1,0 +1,231 @@
+package spec
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultMaxK bounds the number of drafts per traversal chosen
+// automatically.
+const DefaultMaxK = 16
+
+// Costs model the time of one verifying traversal with k drafts:
+//
+//	Fixed + (k+1)·PerToken + k·Draft
+//
+// Fixed is what a traversal costs whatever its length: the network round
+// trips of the route and the part of each hop's compute that does not grow
+// with the tokens (reading the weights once, framing, queueing). PerToken
+// is the target's compute per token of the traversal, over all hops; Draft
+// the client's cost of drafting one token (about zero for NGram).
+type Costs struct {
+	Fixed    time.Duration
+	PerToken time.Duration
+	Draft    time.Duration
+}
+
+// Step returns the modelled time of a traversal verifying k drafts.
+func (c Costs) Step(k int) time.Duration {
+	return c.Fixed + time.Duration(k+1)*c.PerToken + time.Duration(k)*c.Draft
+}
+
+// ExpectedTokens returns the mean number of tokens a traversal with k
+// drafts emits when each draft is accepted with probability alpha,
+// independently, until the first rejection: (1 − α^{k+1})/(1 − α).
+func ExpectedTokens(alpha float64, k int) float64 {
+	alpha = min(max(alpha, 0), 1)
+	if alpha == 1 {
+		return float64(k + 1)
+	}
+	return (1 - math.Pow(alpha, float64(k+1))) / (1 - alpha)
+}
+
+// Throughput returns the modelled tokens per second with k drafts.
+func Throughput(alpha float64, k int, c Costs) float64 {
+	t := c.Step(k).Seconds()
+	if t <= 0 {
+		return math.Inf(1)
+	}
+	return ExpectedTokens(alpha, k) / t
+}
+
+// BestK returns the k in [1, maxK] of the highest modelled throughput
+// (the smallest such k on ties). It never answers 0: a drafter that is
+// never asked cannot show that its acceptance rate has risen.
+func BestK(alpha float64, c Costs, maxK int) int {
+	if maxK < 1 {
+		maxK = 1
+	}
+	best, bestE := 1, -1.0
+	for k := 1; k <= maxK; k++ {
+		if e := Throughput(alpha, k, c); e > bestE*(1+1e-12) {
+			best, bestE = k, e
+		}
+	}
+	return best
+}
+
+// PaperK is the fixed rule the automatic choice is compared with: 6
+// drafts on a LAN, 10 when a hop's round trip is 50 ms or more.
+func PaperK(hopRTT time.Duration) int {
+	if hopRTT >= 50*time.Millisecond {
+		return 10
+	}
+	return 6
+}
+
+// ParseK reads a --spec-k value: "auto" (0) or a count from 1 to 64.
+func ParseK(s string) (int, error) {
+	s = strings.TrimSpace(s)
+	if strings.EqualFold(s, "auto") || s == "" {
+		return 0, nil
+	}
+	k, err := strconv.Atoi(s)
+	if err != nil || k < 1 || k > 64 {
+		return 0, fmt.Errorf("%w: %q is not auto or a draft count from 1 to 64", ErrParse, s)
+	}
+	return k, nil
+}
+
+// Tuner chooses the number of drafts as generation goes: it keeps a
+// running estimate of the acceptance rate α and of the costs (a traversal's
+// time as a line in its token count, fitted over the lengths seen; a
+// draft's time per token) and asks BestK. Before it can fit the line it
+// uses the prior costs it was given, or else PaperK. Not safe for
+// concurrent use.
+type Tuner struct {
+	maxK   int
+	prior  Costs
+	hopRTT time.Duration
+
+	steps map[int]*mean // traversal seconds by token count
+	draft mean          // drafting seconds per token
+	s, f  float64       // decayed accepted drafts, and rejections
+}
+
+// Decay of the acceptance counts per round: about the last 20 rounds
+// count.
+const alphaDecay = 0.95
+
+// NewTuner returns a tuner choosing k in [1, maxK] (0: DefaultMaxK).
+// prior (may be zero) and hopRTT (the route's longest hop round trip, for
+// PaperK) describe what is known before anything is measured.
+func NewTuner(prior Costs, hopRTT time.Duration, maxK int) *Tuner {
+	if maxK <= 0 {
+		maxK = DefaultMaxK
+	}
+	// Prior acceptance 0.6, worth a couple of rounds.
+	return &Tuner{maxK: maxK, prior: prior, hopRTT: hopRTT, steps: map[int]*mean{}, s: 1.5, f: 1}
+}
+
+type mean struct {
+	v float64
+	n int
+}
+
+func (m *mean) add(x float64) {
+	m.n++
+	if m.n == 1 {
+		m.v = x
+		return
+	}
+	m.v += (x - m.v) * max(0.2, 1/float64(m.n))
+}
+
+// ObserveStep records that a traversal of tokens tokens took d.
+func (t *Tuner) ObserveStep(tokens int, d time.Duration) {
+	if tokens <= 0 || d < 0 {
+		return
+	}
+	m := t.steps[tokens]
+	if m == nil {
+		m = &mean{}
+		t.steps[tokens] = m
+	}
+	m.add(d.Seconds())
+}
+
+// ObserveDraft records that drafting tokens tokens took d.
+func (t *Tuner) ObserveDraft(tokens int, d time.Duration) {
+	if tokens <= 0 || d < 0 {
+		return
+	}
+	t.draft.add(d.Seconds() / float64(tokens))
+}
+
+// ObserveAcceptance records a round: accepted of drafted drafts were
+// accepted.
+func (t *Tuner) ObserveAcceptance(drafted, accepted int) {
+	if drafted <= 0 {
+		return
+	}
+	t.s = alphaDecay*t.s + float64(accepted)
+	t.f *= alphaDecay
+	if accepted < drafted {
+		t.f++
+	}
+}
+
+// Alpha returns the estimated acceptance rate per draft.
+func (t *Tuner) Alpha() float64 { return min(t.s/(t.s+t.f), 0.99) }
+
+// Costs returns the current cost estimate, and whether it was measured
+// (false: the prior).
+func (t *Tuner) Costs() (Costs, bool) {
+	c := t.prior
+	if t.draft.n > 0 {
+		c.Draft = dur(t.draft.v)
+	}
+	// Weighted least squares of seconds on tokens over the lengths seen,
+	// each length weighing as many observations as it had, up to 8.
+	var sw, sx, sy, sxx, sxy float64
+	for n, m := range t.steps {
+		w := float64(min(m.n, 8))
+		x := float64(n)
+		sw += w
+		sx += w * x
+		sy += w * m.v
+		sxx += w * x * x
+		sxy += w * x * m.v
+	}
+	if len(t.steps) < 2 {
+		return c, false
+	}
+	den := sw*sxx - sx*sx
+	if den <= 0 {
+		return c, false
+	}
+	b := max((sw*sxy-sx*sy)/den, 0)
+	a := max((sy-b*sx)/sw, 0)
+	c.Fixed, c.PerToken = dur(a), dur(b)
+	return c, true
+}
+
+func dur(s float64) time.Duration { return time.Duration(s * 1e9) }
+
+// K returns the number of drafts for the next traversal.
+func (t *Tuner) K() int {
+	c, measured := t.Costs()
+	if measured {
+		return BestK(t.Alpha(), c, t.maxK)
+	}
+	k := min(PaperK(t.hopRTT), t.maxK)
+	if t.prior.Fixed > 0 || t.prior.PerToken > 0 {
+		k = BestK(t.Alpha(), c, t.maxK)
+	}
+	// One traversal length measured (the prompt's): make the next one of
+	// another length, so that the line can be fitted.
+	for n := range t.steps {
+		if n == k+1 {
+			if k > 1 {
+				k--
+			} else if k < t.maxK {
+				k++
+			}
+		}
+	}
+	return k
+}
