@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -99,6 +100,11 @@ func buildModel(bin, tok string) (*model, error) {
 	return &model{store: st, manifest: m, mc: mc, layout: m.Layouts[len(m.Layouts)-1], want: r.IDs}, nil
 }
 
+// logger sends warnings and errors to the test's output.
+func logger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
 // copyTo puts the given stored files into the store of home.
 func (m *model) copyTo(t *testing.T, home string, cids ...string) {
 	t.Helper()
@@ -137,7 +143,7 @@ func TestSwarmOverLinks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg := node.Config{Home: home, Shard: s.CID, Threads: 1, Host: h}
+			cfg := node.Config{Home: home, Shard: s.CID, Threads: 1, Host: h, Log: logger(t)}
 			if i > 0 {
 				cfg.Bootstrap = nodes[0].Addrs()
 			}
@@ -153,7 +159,7 @@ func TestSwarmOverLinks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := swarm.New(ctx, swarm.Config{Home: t.TempDir(), Bootstrap: nodes[0].Addrs(), Host: h})
+		c, err := swarm.New(ctx, swarm.Config{Home: t.TempDir(), Bootstrap: nodes[0].Addrs(), Host: h, Log: logger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,7 +230,7 @@ func TestSwarmDiscoversOverLossyLinks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg := node.Config{Home: home, Shard: s.CID, Threads: 1, Host: h}
+			cfg := node.Config{Home: home, Shard: s.CID, Threads: 1, Host: h, Log: logger(t)}
 			if i > 0 {
 				cfg.Bootstrap = nodes[0].Addrs()
 			}
@@ -240,7 +246,7 @@ func TestSwarmDiscoversOverLossyLinks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := swarm.New(ctx, swarm.Config{Home: t.TempDir(), Bootstrap: nodes[1].Addrs(), Host: h})
+		c, err := swarm.New(ctx, swarm.Config{Home: t.TempDir(), Bootstrap: nodes[1].Addrs(), Host: h, Log: logger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
