@@ -14,6 +14,11 @@ import (
 // the node is idle) workers park and cost nothing.
 const spinFor = 200 * time.Microsecond
 
+// maxSpins also ends a spin, whatever the clock says: under
+// testing/synctest time stands still while goroutines run, so a spin
+// bounded only by time would never end.
+const maxSpins = 1 << 16
+
 // pool runs row-partitioned work on a fixed set of goroutines. The calling
 // goroutine takes the first part itself, so a pool of n threads starts n-1
 // workers. Workers spin briefly between regions, then park; they exit when
@@ -52,7 +57,7 @@ func (p *pool) run(i int, w *worker) {
 			if p.closed.Load() {
 				return
 			}
-			if spins%64 == 63 && time.Since(start) > spinFor {
+			if spins%64 == 63 && (time.Since(start) > spinFor || spins >= maxSpins) {
 				w.parked.Store(true)
 				if p.gen.Load() != seen || p.closed.Load() {
 					// A region started (or the pool closed) meanwhile:
@@ -64,7 +69,7 @@ func (p *pool) run(i int, w *worker) {
 					continue
 				}
 				<-w.wake
-				start = time.Now()
+				start, spins = time.Now(), 0
 			}
 			if spins%16 == 15 {
 				runtime.Gosched()
