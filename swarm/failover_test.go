@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -56,10 +57,11 @@ type nodeProc struct {
 
 // startNodeProc runs `pipeshard node` on loopback with home prepared to
 // hold shard, and waits for its start line.
-func startNodeProc(t *testing.T, bin, home, shard string, boot []string) *nodeProc {
+func startNodeProc(t *testing.T, bin, home, shard string, boot []string, extra ...string) *nodeProc {
 	t.Helper()
 	addrFile := filepath.Join(home, "addr.json")
 	args := []string{"node", "--home", home, "--shard", shard, "--listen", "/ip4/127.0.0.1/tcp/0", "--threads", "1", "--addr-file", addrFile}
+	args = append(args, extra...)
 	for _, b := range boot {
 		args = append(args, "--bootstrap", b)
 	}
@@ -114,7 +116,8 @@ func (w *testWriter) Write(p []byte) (int, error) {
 // TestFailoverKilledNode runs a 2-stage route whose second stage has two
 // providers, each a `pipeshard node` process. Mid-generation the process
 // serving the route's second hop is killed (SIGKILL) or stopped
-// (SIGSTOP: a stalled node that keeps its connections). The client routes
+// (SIGSTOP: a stalled node that keeps its connections), or told to drain
+// (SIGTERM: it hands its sessions over and exits). The client routes
 // around it, replays the sequence to the other provider and goes on; its
 // greedy output equals an uninterrupted local run's.
 func TestFailoverKilledNode(t *testing.T) {
@@ -124,6 +127,7 @@ func TestFailoverKilledNode(t *testing.T) {
 	}{
 		{"killed", syscall.SIGKILL},
 		{"stalled", syscall.SIGSTOP},
+		{"drained", syscall.SIGTERM},
 	} {
 		t.Run(tc.name, func(t *testing.T) { testFailover(t, tc.sig) })
 	}
@@ -142,7 +146,7 @@ func testFailover(t *testing.T, sig syscall.Signal) {
 	first := startNodeProc(t, bin, prep("n0", l.Shards[0].CID), l.Shards[0].CID, nil)
 	procs := map[string]*nodeProc{first.ID: first}
 	for _, name := range []string{"n1a", "n1b"} {
-		p := startNodeProc(t, bin, prep(name, l.Shards[1].CID), l.Shards[1].CID, first.Addrs)
+		p := startNodeProc(t, bin, prep(name, l.Shards[1].CID), l.Shards[1].CID, first.Addrs, "--drain-timeout", "0s")
 		procs[p.ID] = p
 	}
 
@@ -202,6 +206,19 @@ func testFailover(t *testing.T, sig syscall.Signal) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if sig == syscall.SIGTERM {
+		// A drained node exits by itself, and tells its client why.
+		exited := make(chan error, 1)
+		go func() { exited <- victim.cmd.Wait() }()
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the drained node did not exit")
+		}
+		if fos := r.Failovers(); len(fos) != 1 || !strings.Contains(fos[0].Cause, "draining") {
+			t.Fatalf("failovers %+v: want one, caused by draining", fos)
+		}
+	}
 	want := localIDs(t, f, prompt, n, sample.Params{})
 	if !slices.Equal(got.IDs, want) {
 		t.Fatalf("after failover:\n got %v\nwant %v", got.IDs, want)
@@ -214,8 +231,11 @@ func testFailover(t *testing.T, sig syscall.Signal) {
 	if !slices.Contains(fo.Dropped, victim.ID) || fo.Route[1].Peer.ID.String() == victim.ID {
 		t.Fatalf("failover kept the victim %s: %+v", victim.ID, fo)
 	}
-	if fo.Replayed != len(prompt)+killAt-1 {
-		t.Errorf("replayed %d tokens, want %d", fo.Replayed, len(prompt)+killAt-1)
+	// The failed step is the first after the signal (or, as the signal
+	// lands asynchronously, a later one); everything before it is
+	// replayed.
+	if fo.Pos < len(prompt)+killAt-1 || fo.Replayed != fo.Pos {
+		t.Errorf("failed at %d and replayed %d tokens; want a failure at %d or later, replaying all before it", fo.Pos, fo.Replayed, len(prompt)+killAt-1)
 	}
 	t.Logf("failure noticed after %v; recovered at position %d in %v (replayed %d tokens); cause: %s", fo.Detect, fo.Pos, fo.Recovery, fo.Replayed, fo.Cause)
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/pipeshard/pipeshard/internal/models"
 	"github.com/pipeshard/pipeshard/node"
@@ -20,7 +21,10 @@ func init() {
 		Usage: "(--shard CID | --model CID --layers auto) [--bootstrap MA,...] [--home DIR] [--max-memory SIZE] [--json]",
 		Long: `Joins the pipeshard DHT through --bootstrap (the first node needs none),
 hosts one shard, announces it and its model, and serves the stage protocol
-until interrupted. A shard missing from --home is fetched from peers by CID,
+until interrupted. On SIGTERM or Ctrl-C it drains: it stops taking sessions,
+announces that it is draining, lets its sessions finish for --drain-timeout,
+hands the rest over to other nodes (their clients move and replay), and
+exits; a second signal exits at once. A shard missing from --home is fetched from peers by CID,
 every block checked. On start it prints its peer ID and full addresses
 (with --json: one object with peer_id and addrs) for others to bootstrap from.`,
 		Examples: []string{
@@ -40,6 +44,7 @@ every block checked. On start it prints its peer ID and full addresses
 			fs.Bool("json", false, "print the start line as JSON")
 			fs.String("addr-file", "", "also write the start line's JSON to this file (for scripts)")
 			fs.String("log-level", "info", "debug, info, warn or error")
+			fs.Duration("drain-timeout", 10*time.Second, "on SIGTERM or Ctrl-C: how long to let sessions finish before handing them over")
 		},
 		Run: runNode,
 	})
@@ -117,7 +122,23 @@ func runNode(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 	if f, ok := env.Stdout.(interface{ Sync() error }); ok {
 		f.Sync()
 	}
-	return n.Run(ctx)
+	// Serve until interrupted, then drain (a second signal ends the
+	// drain at once: main stops catching signals when ctx ends).
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- n.Run(runCtx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	fmt.Fprintln(env.Stderr, "draining: no new sessions; open ones finish or move")
+	handed := n.Drain(context.Background(), fs.Lookup("drain-timeout").Value.(flag.Getter).Get().(time.Duration))
+	fmt.Fprintf(env.Stderr, "drained: %d session(s) handed over\n", handed)
+	stop()
+	<-done
+	return ctx.Err()
 }
 
 // parseBytes reads sizes like 512MiB, 2GiB, 1.5GB or a plain byte count.
