@@ -155,13 +155,20 @@ func (r *runner) startNode(ctx context.Context, h Host) error {
 		p.err = cmd.Wait()
 		logf.Close()
 		cancel()
-		close(p.done)
 		r.exited(p)
+		close(p.done)
 	}()
 	r.mu.Lock()
 	r.procs[h.Name] = p
+	r.all = append(r.all, p)
 	r.startedAt[h.Name] = append(r.startedAt[h.Name], started)
 	r.mu.Unlock()
+	abandon := func() {
+		r.mu.Lock()
+		p.asked = "start abandoned"
+		r.mu.Unlock()
+		cancel()
+	}
 	timer := time.NewTimer(r.env.StartTimeout)
 	defer timer.Stop()
 	var line []byte
@@ -170,15 +177,15 @@ func (r *runner) startNode(ctx context.Context, h Host) error {
 	case <-p.done:
 		return fmt.Errorf("%w: node %s exited before it served (%v): %s", ErrRun, h.Name, p.err, r.logTail(h.Name))
 	case <-timer.C:
-		cancel()
+		abandon()
 		return fmt.Errorf("%w: node %s printed no start line within %v: %s", ErrRun, h.Name, r.env.StartTimeout, r.logTail(h.Name))
 	case <-ctx.Done():
-		cancel()
+		abandon()
 		return context.Cause(ctx)
 	}
 	var info startLine
 	if err := json.Unmarshal(line, &info); err != nil || info.PeerID == "" || len(info.Addrs) == 0 {
-		cancel()
+		abandon()
 		return fmt.Errorf("%w: node %s: start line %q", ErrRun, h.Name, line)
 	}
 	r.mu.Lock()
@@ -261,7 +268,8 @@ func (r *runner) signal(name, action string) error {
 	return nil
 }
 
-// stopAll ends every node still running, gracefully, in parallel.
+// stopAll ends every node still running, gracefully, in parallel, and
+// waits for every process the run started to be gone.
 func (r *runner) stopAll() {
 	r.mu.Lock()
 	r.stopping = true
@@ -271,15 +279,27 @@ func (r *runner) stopAll() {
 			names = append(names, n)
 		}
 	}
+	all := append([]*nodeProc(nil), r.all...)
 	r.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, n := range names {
 		wg.Go(func() { r.signal(n, "stop") })
 	}
 	wg.Wait()
+	for _, p := range all {
+		select {
+		case <-p.done:
+		case <-time.After(r.env.StopTimeout):
+			p.cancel()
+			<-p.done
+		}
+	}
 }
 
-// churn applies the scenario's events at their times after t0.
+// churn applies the scenario's events at their times after t0. Each
+// node's events are applied in order, one after another (a start waits
+// for the start line); different nodes' events do not wait for each
+// other.
 func (r *runner) churn(ctx context.Context) {
 	evs := append([]Event(nil), r.sc.Churn...)
 	sort.SliceStable(evs, func(a, b int) bool { return evs[a].At < evs[b].At })
@@ -287,10 +307,29 @@ func (r *runner) churn(ctx context.Context) {
 	for _, h := range r.hosts {
 		hosts[h.Name] = h
 	}
+	byNode := map[string][]Event{}
+	var order []string
+	for _, e := range evs {
+		name, _ := e.Node()
+		if byNode[name] == nil {
+			order = append(order, name)
+		}
+		byNode[name] = append(byNode[name], e)
+	}
+	var wg sync.WaitGroup
+	for _, name := range order {
+		wg.Go(func() { r.churnNode(ctx, hosts[name], byNode[name]) })
+	}
+	wg.Wait()
+	r.mu.Lock()
+	sort.SliceStable(r.res.Churn, func(a, b int) bool { return r.res.Churn[a].At < r.res.Churn[b].At })
+	r.mu.Unlock()
+}
+
+func (r *runner) churnNode(ctx context.Context, h Host, evs []Event) {
 	for i, e := range evs {
-		name, action := e.Node()
-		wait := time.Until(r.t0.Add(e.At.D()))
-		t := time.NewTimer(max(wait, 0))
+		_, action := e.Node()
+		t := time.NewTimer(max(time.Until(r.t0.Add(e.At.D())), 0))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -303,22 +342,22 @@ func (r *runner) churn(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		cr := ChurnResult{At: e.At.D().Seconds(), T: r.since(r.env.Now()), Node: name, Action: action}
-		r.env.Log.Info("churn", "t", e.At, "action", action, "node", name)
+		cr := ChurnResult{At: e.At.D().Seconds(), T: r.since(r.env.Now()), Node: h.Name, Action: action}
+		r.env.Log.Info("churn", "t", e.At, "action", action, "node", h.Name)
 		var err error
 		if action == "start" {
-			err = r.startNode(ctx, hosts[name])
+			err = r.startNode(ctx, h)
 		} else {
-			err = r.signal(name, action)
+			err = r.signal(h.Name, action)
 		}
 		if err != nil {
 			cr.Error = err.Error()
-			r.env.Log.Warn("churn failed", "node", name, "action", action, "err", err)
+			r.env.Log.Warn("churn failed", "node", h.Name, "action", action, "err", err)
 		}
 		r.mu.Lock()
 		r.res.Churn = append(r.res.Churn, cr)
 		if err != nil {
-			r.res.Errors = append(r.res.Errors, fmt.Sprintf("churn: %s %s at %v: %v", action, name, e.At, err))
+			r.res.Errors = append(r.res.Errors, fmt.Sprintf("churn: %s %s at %v: %v", action, h.Name, e.At, err))
 		}
 		r.mu.Unlock()
 	}

@@ -31,6 +31,7 @@ type ClientRecord struct {
 	// TokenMicros are the arrival times of the generated tokens, from
 	// UnixNano; EndMicros is when the request ended.
 	TokenMicros []int64    `json:"token_us"`
+	IDs         []int      `json:"ids"` // the generated token ids
 	EndMicros   int64      `json:"end_us"`
 	Stopped     string     `json:"stopped,omitempty"` // "eos", "length" or "context"
 	ExpectedMs  float64    `json:"expected_ms_per_token,omitempty"`
@@ -168,6 +169,7 @@ type RequestResult struct {
 	Stopped      string     `json:"stopped,omitempty"`
 	Error        string     `json:"error,omitempty"`
 	TokenTimes   []float64  `json:"token_times"` // seconds, as the other times
+	IDs          []int      `json:"ids"`
 }
 
 // HopResult is one node's share of the routes.
@@ -188,7 +190,7 @@ func request(client string, phase int, rec ClientRecord, t0 time.Time) RequestRe
 		Client: client, Phase: phase, Index: rec.Index, Slot: rec.Slot, Start: start,
 		End: start + float64(rec.EndMicros)/1e6, RouteMs: float64(rec.RouteMicros) / 1e3,
 		PromptTokens: rec.PromptTokens, Tokens: len(rec.TokenMicros), Route: rec.Route,
-		ExpectedMs: rec.ExpectedMs, Stopped: rec.Stopped, Error: rec.Error, TokenTimes: []float64{},
+		ExpectedMs: rec.ExpectedMs, Stopped: rec.Stopped, Error: rec.Error, TokenTimes: []float64{}, IDs: rec.IDs,
 	}
 	var gaps []float64
 	for i, us := range rec.TokenMicros {

@@ -149,6 +149,7 @@ type runner struct {
 
 	mu       sync.Mutex
 	procs    map[string]*nodeProc // live or last process of each node, by name
+	all      []*nodeProc          // every process started
 	stopping bool                 // the run is ending: exits are expected
 }
 

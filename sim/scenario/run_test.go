@@ -1,0 +1,299 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pipeshard/pipeshard/internal/testmodel"
+)
+
+// loopback is a Network without impairment: every host is 127.0.0.1 and
+// runs its processes here. It tests the runner, not the emulator.
+type loopback struct {
+	mu     sync.Mutex
+	cmds   []string // "host: name args..." of every command
+	closed bool
+}
+
+func (l *loopback) Backend() string       { return "loopback" }
+func (l *loopback) Addr(i int) netip.Addr { return netip.AddrFrom4([4]byte{127, 0, 0, 1}) }
+func (l *loopback) Close() error          { l.mu.Lock(); l.closed = true; l.mu.Unlock(); return nil }
+func (l *loopback) Command(ctx context.Context, i int, name string, args ...string) *exec.Cmd {
+	l.mu.Lock()
+	l.cmds = append(l.cmds, strings.Join(append([]string{string(rune('0' + i)), name}, args...), " "))
+	l.mu.Unlock()
+	return exec.CommandContext(ctx, name, args...)
+}
+
+var (
+	buildOnce sync.Once
+	binary    string
+	buildErr  error
+	cacheDir  string
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "scenario-test-")
+	if err != nil {
+		panic(err)
+	}
+	cacheDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// pipeshard builds the binary once, with the model required: the tests
+// that need it skip without the model, and fail under CI.
+func pipeshard(t *testing.T) string {
+	t.Helper()
+	testmodel.Stories15M(t)
+	buildOnce.Do(func() {
+		binary = filepath.Join(cacheDir, "pipeshard")
+		out, err := exec.Command("go", "build", "-o", binary, "github.com/pipeshard/pipeshard").CombinedOutput()
+		if err != nil {
+			buildErr = errors.New(string(out))
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("go build: %v", buildErr)
+	}
+	return binary
+}
+
+func testEnv(t *testing.T, net Network) Env {
+	return Env{
+		Net: net, Binary: pipeshard(t), WorkDir: t.TempDir(), CacheDir: filepath.Join(cacheDir, "models"),
+		ModelHome: testmodel.Home(), Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)),
+		StartTimeout: time.Minute,
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// TestRun runs three nodes, one stage each (the last fetching its shard
+// from the others), and a client with 1 then 2 requests in flight: every
+// request gets the same greedy tokens through a route over all three
+// nodes, and the results add up.
+func TestRun(t *testing.T) {
+	s, err := Parse([]byte(`
+name: three
+nodes:
+  - {name: n, count: 2, layers: "0:2,2:4"}
+  - {name: f, layers: "4:6", fetch: true}
+network: {delay: 0s}
+clients:
+  - {name: c, in_flight: [1, 2], requests: 2, prompt_ids: [1, 450, 8338, 265], tokens: 12, ignore_eos: true}
+bounds: {max_duration: 4m}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	net := &loopback{}
+	env := testEnv(t, net)
+	start := time.Now()
+	res, err := Run(t.Context(), s, env)
+	if err != nil {
+		t.Fatalf("%v\nerrors: %v", err, res)
+	}
+	t.Logf("run took %v (start-up %.1fs, load %.1fs)", time.Since(start), res.StartupSeconds, res.Seconds)
+	if !net.closed {
+		t.Error("Run did not close the network")
+	}
+	if len(res.Errors) > 0 {
+		t.Errorf("errors: %v", res.Errors)
+	}
+	if res.Model == "" || !slices.Contains(res.Layouts, "0:2,2:4,4:6") {
+		t.Errorf("model %q layouts %v", res.Model, res.Layouts)
+	}
+	if len(res.Phases) != 2 || res.Phases[0].Label != "1 in flight" || res.Phases[1].Label != "2 in flight" {
+		t.Fatalf("phases %+v", res.Phases)
+	}
+	if len(res.Requests) != 4 {
+		t.Fatalf("%d requests, want 4", len(res.Requests))
+	}
+	var ids []int
+	for _, q := range res.Requests {
+		if q.Error != "" || q.Tokens != 12 || len(q.IDs) != 12 || len(q.TokenTimes) != 12 || q.Stopped != "length" {
+			t.Fatalf("request %+v", q)
+		}
+		if ids == nil {
+			ids = q.IDs
+		} else if !reflect.DeepEqual(ids, q.IDs) {
+			t.Errorf("greedy requests differ: %v vs %v", ids, q.IDs)
+		}
+		if q.Start < 0 || q.End < q.Start || q.TTFTms <= 0 || q.TokensPerSec <= 0 || q.Latency.N != 11 {
+			t.Errorf("request timing %+v", q)
+		}
+		var nodes []string
+		for _, h := range q.Route {
+			nodes = append(nodes, h.Node)
+		}
+		if !reflect.DeepEqual(nodes, []string{"n0", "n1", "f"}) {
+			t.Errorf("route over %v", nodes)
+		}
+	}
+	// The second phase runs two requests at once.
+	var p1 []RequestResult
+	for _, q := range res.Requests {
+		if q.Phase == 1 {
+			p1 = append(p1, q)
+		}
+	}
+	if len(p1) != 2 || p1[0].Slot == p1[1].Slot {
+		t.Errorf("phase 1 requests %+v", p1)
+	}
+	for _, p := range res.Phases {
+		if p.Requests != 2 || p.Failed != 0 || p.Tokens != 24 || p.TokensPerSec <= 0 || p.Latency.N != 22 || p.TTFT.N != 2 {
+			t.Errorf("phase %+v", p)
+		}
+	}
+	if res.Tokens != 48 || res.Failed != 0 || res.TokensPerSec <= 0 {
+		t.Errorf("totals: %d tokens, %d failed, %.1f tokens/s", res.Tokens, res.Failed, res.TokensPerSec)
+	}
+	if len(res.Hops) != 3 {
+		t.Fatalf("hops %+v", res.Hops)
+	}
+	for i, h := range res.Hops {
+		if h.Node != []string{"f", "n0", "n1"}[i] || h.Requests != 4 || h.Tokens != 44 || h.ComputeMs <= 0 {
+			t.Errorf("hop %+v", h)
+		}
+	}
+	for _, n := range res.Nodes {
+		if n.PeerID == "" || len(n.Starts) != 1 || n.Starts[0] > 0 || !strings.HasPrefix(n.Exit, "stop") || n.Shard == "" {
+			t.Errorf("node %+v", n)
+		}
+	}
+	// Every process ran in its own host: nodes in 0-2, the client's in 3.
+	for _, c := range net.cmds {
+		if strings.Contains(c, " node ") != (c[0] < '3') || strings.Contains(c, " sim client ") != (c[0] == '3') {
+			t.Errorf("command in the wrong host: %s", c)
+		}
+	}
+	out := t.TempDir()
+	if err := res.WriteDir(out); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"results.json", "throughput.svg", "inflight.svg"} {
+		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	var sum strings.Builder
+	res.Summary(&sum)
+	if !strings.Contains(sum.String(), "2 in flight") || !strings.Contains(sum.String(), "n1") {
+		t.Errorf("summary:\n%s", sum.String())
+	}
+}
+
+// TestRunChurn starts a standby node, and kills and restarts another,
+// while a client keeps requests going; the churn is applied on time and
+// accounted for.
+func TestRunChurn(t *testing.T) {
+	s, err := Parse([]byte(`
+name: churn
+nodes:
+  - {name: a, layers: "0:6"}
+  - {name: b, layers: "0:6", standby: true}
+clients:
+  - {name: c, in_flight: 1, duration: 5s, prompt: Once upon a time, tokens: 8}
+churn:
+  - {at: 0s, start: b}
+  - {at: 2s, kill: a}
+  - {at: 3s, start: a}
+bounds: {max_duration: 4m}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(t.Context(), s, testEnv(t, &loopback{}))
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	if len(res.Churn) != 3 {
+		t.Fatalf("churn %+v", res.Churn)
+	}
+	for _, c := range res.Churn {
+		if c.Error != "" || c.T < c.At || c.T > c.At+1 {
+			t.Errorf("churn %+v: not applied on time", c)
+		}
+	}
+	for _, e := range res.Errors {
+		if strings.Contains(e, "unasked") || strings.Contains(e, "churn") {
+			t.Errorf("error: %s", e)
+		}
+	}
+	a, b := res.Nodes[0], res.Nodes[1]
+	if len(a.Starts) != 2 || len(a.Stops) != 2 || a.Stops[0] < 2 || a.Starts[1] < a.Stops[0] || !strings.HasPrefix(a.Exit, "stop") {
+		t.Errorf("node a %+v", a)
+	}
+	if len(b.Starts) != 1 || b.Starts[0] < 0 || b.PeerID == "" {
+		t.Errorf("node b %+v", b)
+	}
+	if len(res.Requests) == 0 || res.Requests[0].Tokens == 0 {
+		t.Fatalf("requests %+v", res.Requests)
+	}
+	t.Logf("%d requests, %d failed, %d tokens", len(res.Requests), res.Failed, res.Tokens)
+}
+
+func TestRunErrors(t *testing.T) {
+	s, err := Parse([]byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Run(t.Context(), s, Env{}); !errors.Is(err, ErrRun) || !strings.Contains(err.Error(), "no network") {
+		t.Errorf("no network: %v", err)
+	}
+	bad := *s
+	bad.Name = ""
+	if _, err := Run(t.Context(), &bad, Env{Net: &loopback{}}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("invalid scenario: %v", err)
+	}
+	// A binary that fails: the import says so, and the network is closed.
+	net := &loopback{}
+	res, err := Run(t.Context(), s, Env{Net: net, Binary: "/bin/false", CacheDir: t.TempDir(), WorkDir: t.TempDir()})
+	if !errors.Is(err, ErrRun) || !strings.Contains(err.Error(), "shards import") || !net.closed || res == nil || len(res.Errors) != 1 {
+		t.Errorf("failing binary: %v, %+v", err, res)
+	}
+}
+
+func TestChildEnv(t *testing.T) {
+	t.Setenv("PIPESHARD_THREADS", "7")
+	t.Setenv("PIPESHARD_HOME", "/elsewhere")
+	env := childEnv(map[string]string{"PIPESHARD_HOME": "/node", "GOMAXPROCS": "2"})
+	if slices.Contains(env, "PIPESHARD_THREADS=7") || slices.Contains(env, "PIPESHARD_HOME=/elsewhere") ||
+		!slices.Contains(env, "PIPESHARD_HOME=/node") || !slices.Contains(env, "GOMAXPROCS=2") {
+		t.Fatalf("env %v", env)
+	}
+}
+
+func TestQuantiles(t *testing.T) {
+	q := quantiles([]float64{5, 1, 4, 2, 3})
+	if q != (Quantiles{N: 5, Mean: 3, P50: 3, P99: 5, Max: 5}) {
+		t.Fatalf("%+v", q)
+	}
+	if quantiles(nil) != (Quantiles{}) {
+		t.Fatal("empty sample")
+	}
+	rec := ClientRecord{UnixNano: time.Unix(10, 0).UnixNano(), RouteMicros: 1000, TokenMicros: []int64{2000, 4000, 8000}, EndMicros: 9000}
+	r := request("c", 0, rec, time.Unix(9, 0))
+	if r.Start != 1 || r.End != 1.009 || r.TTFTms != 2 || r.TokensPerSec != 2/0.006 || r.Latency.P50 != 2 || r.Latency.Max != 4 {
+		t.Fatalf("%+v", r)
+	}
+}
