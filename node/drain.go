@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pipeshard/pipeshard/internal/idle"
 	"github.com/pipeshard/pipeshard/internal/wire"
 )
 
@@ -54,4 +55,38 @@ func (st *Stage) HandOver() int {
 		st.drop(s, fmt.Errorf("%w: handing the session over", wire.ErrDraining))
 	}
 	return len(open)
+}
+
+// Resume takes sessions again after Drain and announces it.
+func (n *Node) Resume() {
+	n.Stage.Resume()
+	if n.statusPub != nil {
+		n.statusPub.Poke()
+	}
+}
+
+// Resume undoes Drain: the stage admits sessions again.
+func (st *Stage) Resume() {
+	st.mu.Lock()
+	st.draining = false
+	st.mu.Unlock()
+}
+
+// ServeWhenIdle hosts only while the machine is idle (`pipeshard node
+// --idle-only`): it samples src every period, drains (handing sessions
+// over at once) when the owner's processes need the machine or it runs on
+// battery, and resumes when it is idle again. It returns when ctx ends.
+func (n *Node) ServeWhenIdle(ctx context.Context, src idle.Source, cfg idle.Config, period time.Duration) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return idle.Run(ctx, src, cfg, period, func(s idle.State, why string) {
+		if s == idle.Yield {
+			n.log.Info("the machine's owner needs it: draining", "why", why)
+			n.Drain(ctx, 0)
+			return
+		}
+		n.log.Info("the machine is idle: serving again", "why", why)
+		n.Resume()
+	})
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pipeshard/pipeshard/internal/models"
+	"github.com/pipeshard/pipeshard/internal/idle"
 	"github.com/pipeshard/pipeshard/node"
 )
 
@@ -24,7 +25,9 @@ hosts one shard, announces it and its model, and serves the stage protocol
 until interrupted. On SIGTERM or Ctrl-C it drains: it stops taking sessions,
 announces that it is draining, lets its sessions finish for --drain-timeout,
 hands the rest over to other nodes (their clients move and replay), and
-exits; a second signal exits at once. A shard missing from --home is fetched from peers by CID,
+exits; a second signal exits at once. With --idle-only it does the same
+whenever other processes keep more than half the CPUs busy for 10 s or the
+machine runs on battery, and serves again after 60 s of idleness. A shard missing from --home is fetched from peers by CID,
 every block checked. On start it prints its peer ID and full addresses
 (with --json: one object with peer_id and addrs) for others to bootstrap from.`,
 		Examples: []string{
@@ -45,6 +48,7 @@ every block checked. On start it prints its peer ID and full addresses
 			fs.String("addr-file", "", "also write the start line's JSON to this file (for scripts)")
 			fs.String("log-level", "info", "debug, info, warn or error")
 			fs.Duration("drain-timeout", 10*time.Second, "on SIGTERM or Ctrl-C: how long to let sessions finish before handing them over")
+			fs.Bool("idle-only", false, "host only while the machine is idle: drain when other processes load it or it runs on battery, serve again when idle")
 		},
 		Run: runNode,
 	})
@@ -128,6 +132,9 @@ func runNode(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 	defer stop()
 	done := make(chan error, 1)
 	go func() { done <- n.Run(runCtx) }()
+	if flagBool(fs, "idle-only") {
+		go n.ServeWhenIdle(runCtx, idle.Proc{}, idle.Config{}, 2*time.Second)
+	}
 	select {
 	case err := <-done:
 		return err
