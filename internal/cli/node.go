@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pipeshard/pipeshard/internal/models"
 	"github.com/pipeshard/pipeshard/internal/idle"
+	"github.com/pipeshard/pipeshard/internal/models"
 	"github.com/pipeshard/pipeshard/node"
 )
 
