@@ -62,6 +62,33 @@ type Result struct {
 	Prefill time.Duration // prompt forward, up to the first token
 	Decode  time.Duration // the rest
 	Stopped string        // "eos", "length" or "context"
+
+	// Traversals counts the backend's steps, the prompt's included: with
+	// speculative decoding, fewer than the tokens generated.
+	Traversals int
+	// Speculative decoding's counts (RunSpeculative): drafts verified,
+	// and how many of them the target accepted; and the time spent
+	// drafting (part of Decode).
+	Drafted   int
+	Accepted  int
+	DraftTime time.Duration
+}
+
+// AcceptanceRate returns the fraction of drafts the target accepted.
+func (r Result) AcceptanceRate() float64 {
+	if r.Drafted == 0 {
+		return 0
+	}
+	return float64(r.Accepted) / float64(r.Drafted)
+}
+
+// TokensPerTraversal returns generated tokens per backend step after the
+// prompt's (1 without speculation).
+func (r Result) TokensPerTraversal() float64 {
+	if r.Traversals <= 1 || len(r.IDs) <= 1 {
+		return 0
+	}
+	return float64(len(r.IDs)-1) / float64(r.Traversals-1)
 }
 
 // PrefillRate returns prompt tokens per second.
@@ -120,6 +147,7 @@ func Run(ctx context.Context, b Backend, prompt []int, o Options) (Result, error
 	if err != nil {
 		return res, err
 	}
+	res.Traversals++
 	if o.OnPromptLogits != nil {
 		o.OnPromptLogits(out.Logits)
 	}
@@ -153,6 +181,7 @@ func Run(ctx context.Context, b Backend, prompt []int, o Options) (Result, error
 		if err != nil {
 			return res, err
 		}
+		res.Traversals++
 		next = out.Next[0]
 		pos++
 	}

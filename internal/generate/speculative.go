@@ -1,0 +1,236 @@
+package generate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/pipeshard/pipeshard/internal/spec"
+	"github.com/pipeshard/pipeshard/ovrt/sample"
+)
+
+// ErrNoLogits is returned when a drafter's distributions must be verified
+// and the backend returned no logits (a swarm session opened without
+// SessionOptions.Logits).
+var ErrNoLogits = errors.New("generate: the backend returns no logits, and drafts with distributions need them")
+
+// SpecOptions control speculative decoding.
+type SpecOptions struct {
+	// K is the number of drafts per traversal; 0 chooses it as generation
+	// goes (spec.Tuner).
+	K int
+	// MaxK bounds the automatic choice (0: spec.DefaultMaxK).
+	MaxK int
+	// Sampling is the target's settings, which verifying drafts with
+	// distributions needs (it is unused for point-mass drafts).
+	Sampling sample.Params
+	// Prior is what the automatic choice may assume before it has
+	// measured anything, and HopRTT a hop's round trip for the paper's
+	// rule it falls back on; both may be zero.
+	Prior  spec.Costs
+	HopRTT time.Duration
+}
+
+// RunSpeculative generates from prompt like Run, but drafts tokens with d
+// and verifies them with the target in one traversal each: the step runs
+// the last emitted token and the drafts at once (All set) and the target's
+// choice after every position decides what is kept. A rejected draft is
+// dropped by starting the next step at its position.
+//
+// Greedy output is Run's, token for token, whatever K. So is sampled
+// output with point-mass drafts (NGram, or a draft model's argmax): the
+// row for the j-th generated token always draws with the j-th number of
+// Uniforms(o.Seed), as Run's j-th step does. Drafts with distributions are
+// verified by rejection sampling, with numbers from a second generator
+// seeded from o.Seed: the output is distributed as Run's but is another
+// sample of it.
+//
+// The prompt is run alone (as Run does), so the first token is never
+// speculated. Stops (EOS, MaxTokens, the context) are Run's: no token is
+// emitted after them even when more were accepted, and drafts are never
+// asked for past them.
+func RunSpeculative(ctx context.Context, b Backend, d spec.Drafter, prompt []int, o Options, so SpecOptions) (Result, error) {
+	now := o.Now
+	if now == nil {
+		now = time.Now
+	}
+	var res Result
+	if len(prompt) == 0 {
+		return res, fmt.Errorf("generate: empty prompt")
+	}
+	if o.Context > 0 && len(prompt) > o.Context {
+		return res, fmt.Errorf("%w: %d prompt tokens, context %d", ErrPromptTooLong, len(prompt), o.Context)
+	}
+	smp, err := sample.New(so.Sampling)
+	if err != nil {
+		return res, err
+	}
+	if o.MaxTokens == 0 && o.OnPromptLogits == nil {
+		return res, nil
+	}
+	var tuner *spec.Tuner
+	if so.K <= 0 {
+		tuner = spec.NewTuner(so.Prior, so.HopRTT, so.MaxK)
+	}
+	// us[j] is the number the j-th generated token is drawn with.
+	next := Uniforms(o.Seed)
+	var us []float64
+	uniforms := func(from, n int) []float64 {
+		for len(us) < from+n {
+			us = append(us, next())
+		}
+		return us[from : from+n]
+	}
+	accept := rand.New(rand.NewPCG(o.Seed^0x243f6a8885a308d3, o.Seed+0x13198a2e03707344))
+
+	seq := make([]int, len(prompt), len(prompt)+o.MaxTokens)
+	copy(seq, prompt)
+	ids := make([]int32, len(prompt))
+	for i, id := range prompt {
+		ids[i] = int32(id)
+	}
+	t0 := now()
+	step := Step{Pos: 0, IDs: ids, Uniform: uniforms(0, 1)}
+	if o.OnPromptLogits != nil {
+		u := step.Uniform[0]
+		step.All, step.Logits = true, true
+		step.Uniform = make([]float64, len(ids))
+		step.Uniform[len(ids)-1] = u
+	}
+	out, err := b.Step(ctx, step)
+	if err != nil {
+		return res, err
+	}
+	res.Traversals++
+	if tuner != nil {
+		tuner.ObserveStep(len(ids), now().Sub(t0))
+	}
+	if o.OnPromptLogits != nil {
+		o.OnPromptLogits(out.Logits)
+	}
+	res.Stopped = "length"
+	if o.MaxTokens == 0 {
+		return res, nil
+	}
+
+	// emit is Run's loop body for one chosen token: it reports whether
+	// generation is over.
+	emit := func(id int) (bool, error) {
+		res.IDs = append(res.IDs, id)
+		seq = append(seq, id)
+		if len(res.IDs) == 1 {
+			res.Prefill = now().Sub(t0)
+			t0 = now()
+		}
+		if o.OnToken != nil {
+			o.OnToken(id)
+		}
+		if id == o.EOS && !o.IgnoreEOS {
+			res.Stopped = "eos"
+			return true, nil
+		}
+		if len(res.IDs) == o.MaxTokens {
+			return true, nil
+		}
+		if o.Context > 0 && len(seq)-1 >= o.Context {
+			res.Stopped = "context"
+			return true, nil
+		}
+		return false, ctx.Err()
+	}
+	done, err := emit(out.Next[len(out.Next)-1])
+	for !done && err == nil {
+		done, err = specRound(ctx, b, d, o, so, tuner, smp, &res, seq, uniforms, accept.Float64, now, emit)
+	}
+	if len(res.IDs) > 0 {
+		res.Decode = now().Sub(t0)
+	}
+	return res, err
+}
+
+// specRound drafts, verifies in one traversal, and emits what was
+// accepted.
+func specRound(ctx context.Context, b Backend, d spec.Drafter, o Options, so SpecOptions, tuner *spec.Tuner, smp *sample.Sampler,
+	res *Result, seq []int, uniforms func(from, n int) []float64, u func() float64, now func() time.Time,
+	emit func(int) (bool, error)) (bool, error) {
+	g := len(res.IDs)  // index of the next generated token
+	L := len(seq)      // seq[L-1], the last token emitted, is not in the caches yet
+	k := so.K
+	if tuner != nil {
+		k = tuner.K()
+	}
+	// Never verify past the last token wanted or the context: the round
+	// emits at most k+1 tokens and feeds positions L-1..L-1+k.
+	k = min(k, o.MaxTokens-g-1)
+	if o.Context > 0 {
+		k = min(k, o.Context-L)
+	}
+	var drafts []int
+	var q [][]float64
+	if k > 0 {
+		t := now()
+		var err error
+		drafts, q, err = d.Draft(ctx, seq, k)
+		if err != nil {
+			return true, err
+		}
+		if len(drafts) > k || q != nil && len(q) != len(drafts) {
+			return true, fmt.Errorf("%w: %d drafts and %d distributions for k = %d", spec.ErrDraft, len(drafts), len(q), k)
+		}
+		if len(drafts) == 0 {
+			q = nil
+		}
+		res.DraftTime += now().Sub(t)
+		if tuner != nil {
+			tuner.ObserveDraft(len(drafts), now().Sub(t))
+		}
+	}
+	ids := make([]int32, 1+len(drafts))
+	ids[0] = int32(seq[L-1])
+	for i, x := range drafts {
+		ids[i+1] = int32(x)
+	}
+	t := now()
+	out, err := b.Step(ctx, Step{Pos: L - 1, IDs: ids, All: len(drafts) > 0, Uniform: uniforms(g, len(ids)), Logits: q != nil})
+	if err != nil {
+		return true, err
+	}
+	res.Traversals++
+	if len(out.Next) != len(ids) {
+		return true, fmt.Errorf("generate: %d rows for %d positions", len(out.Next), len(ids))
+	}
+	if tuner != nil {
+		tuner.ObserveStep(len(ids), now().Sub(t))
+	}
+	var emitted []int
+	var n int
+	if q == nil {
+		emitted, n, err = spec.AcceptPointMass(drafts, out.Next)
+	} else {
+		if len(out.Logits) == 0 || len(out.Logits)%len(ids) != 0 {
+			return true, ErrNoLogits
+		}
+		vocab := len(out.Logits) / len(ids)
+		p := make([][]float64, len(drafts))
+		for i := range p {
+			p[i] = append([]float64(nil), smp.Dist(out.Logits[i*vocab:(i+1)*vocab])...)
+		}
+		emitted, n, err = spec.AcceptDistributions(drafts, q, p, out.Next[len(drafts)], u)
+	}
+	if err != nil {
+		return true, err
+	}
+	res.Drafted += len(drafts)
+	res.Accepted += n
+	if tuner != nil {
+		tuner.ObserveAcceptance(len(drafts), n)
+	}
+	for _, id := range emitted {
+		if done, err := emit(id); done || err != nil {
+			return done, err
+		}
+	}
+	return false, nil
+}

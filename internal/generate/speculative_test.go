@@ -1,0 +1,250 @@
+package generate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/pipeshard/pipeshard/internal/spec"
+)
+
+// toy is a backend double with a cache: it holds the tokens of one
+// sequence by position, refuses a step that would leave a gap, drops what
+// it held from the step's position on, and chooses the token after a
+// prefix by a fixed hash of it (greedy) or of it and the row's uniform.
+type toy struct {
+	vocab   int
+	sampled bool
+	held    []int
+	steps   []Step
+}
+
+var errGap = errors.New("toy: position past the cache")
+
+func (b *toy) choose(prefix []int, u float64) int {
+	h := uint64(14695981039346656037)
+	for _, t := range prefix[max(0, len(prefix)-3):] { // a 3-gram model: it repeats itself
+		h = (h ^ uint64(t)) * 1099511628211
+	}
+	if b.sampled {
+		h ^= uint64(u * 4) // four likely continuations
+		h *= 1099511628211
+	}
+	return int(h>>33) % b.vocab
+}
+
+func (b *toy) Step(ctx context.Context, s Step) (StepResult, error) {
+	b.steps = append(b.steps, s)
+	if s.Pos > len(b.held) {
+		return StepResult{}, fmt.Errorf("%w: %d > %d", errGap, s.Pos, len(b.held))
+	}
+	b.held = b.held[:s.Pos]
+	for _, id := range s.IDs {
+		b.held = append(b.held, int(id))
+	}
+	rows := 1
+	if s.All {
+		rows = len(s.IDs)
+	}
+	if len(s.Uniform) != rows {
+		return StepResult{}, fmt.Errorf("toy: %d uniforms for %d rows", len(s.Uniform), rows)
+	}
+	var out StepResult
+	for r := range rows {
+		end := s.Pos + len(s.IDs) - rows + r + 1
+		out.Next = append(out.Next, b.choose(b.held[:end], s.Uniform[r]))
+	}
+	return out, nil
+}
+
+// noisy drafts random tokens, some of them right: a drafter that guesses
+// the toy's choice with probability hit.
+type noisy struct {
+	target *toy
+	hit    float64
+	r      *rand.Rand
+}
+
+func (d *noisy) Draft(ctx context.Context, seq []int, k int) ([]int, [][]float64, error) {
+	s := slices.Clone(seq)
+	var out []int
+	for range k {
+		x := d.target.choose(s, 0)
+		if d.r.Float64() >= d.hit {
+			x = d.r.IntN(d.target.vocab)
+		}
+		out = append(out, x)
+		s = append(s, x)
+	}
+	return out, nil, nil
+}
+
+// TestSpeculativeIsRun: whatever the drafter and K, speculative decoding
+// emits Run's tokens, in order through OnToken, and stops where and why
+// Run does.
+func TestSpeculativeIsRun(t *testing.T) {
+	prompt := []int{1, 5, 9, 5, 9, 5}
+	opts := []Options{
+		{MaxTokens: 40, EOS: -1},
+		{MaxTokens: 1, EOS: -1},
+		{MaxTokens: 2, EOS: -1},
+		{MaxTokens: 50, EOS: -1, Context: 20},
+		{MaxTokens: 50, EOS: -1, Context: 7},
+		{MaxTokens: 40, EOS: 3},
+		{MaxTokens: 40, EOS: 3, IgnoreEOS: true},
+		{MaxTokens: 30, EOS: -1, Seed: 4},
+	}
+	for _, sampled := range []bool{false, true} {
+		for oi, o := range opts {
+			want := &toy{vocab: 8, sampled: sampled}
+			var wantTokens []int
+			o.OnToken = func(id int) { wantTokens = append(wantTokens, id) }
+			ref, err := Run(context.Background(), want, prompt, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if slices.Equal(wantTokens, ref.IDs) == false {
+				t.Fatalf("Run's OnToken %v, ids %v", wantTokens, ref.IDs)
+			}
+			for _, k := range []int{0, 1, 3, 8} {
+				for di, mk := range []func(*toy) spec.Drafter{
+					func(*toy) spec.Drafter { return spec.NGram{} },
+					func(b *toy) spec.Drafter { return &noisy{target: b, hit: 0.7, r: rand.New(rand.NewPCG(1, 2))} },
+					func(b *toy) spec.Drafter { return &noisy{target: b, hit: 1, r: rand.New(rand.NewPCG(1, 2))} },
+					func(b *toy) spec.Drafter { return &noisy{target: b, hit: 0, r: rand.New(rand.NewPCG(1, 2))} },
+				} {
+					name := fmt.Sprintf("sampled=%v/opts=%d/K=%d/drafter=%d", sampled, oi, k, di)
+					b := &toy{vocab: 8, sampled: sampled}
+					var got []int
+					o.OnToken = func(id int) { got = append(got, id) }
+					r, err := RunSpeculative(context.Background(), b, mk(b), prompt, o, SpecOptions{K: k})
+					if err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+					if !slices.Equal(r.IDs, ref.IDs) || !slices.Equal(got, ref.IDs) || r.Stopped != ref.Stopped {
+						t.Fatalf("%s: %v (%s), streamed %v; Run: %v (%s)", name, r.IDs, r.Stopped, got, ref.IDs, ref.Stopped)
+					}
+					if r.Accepted > r.Drafted || r.Traversals != len(b.steps) || r.Traversals > ref.Traversals {
+						t.Fatalf("%s: %d of %d accepted in %d traversals (%d steps; Run %d)", name, r.Accepted, r.Drafted, r.Traversals, len(b.steps), ref.Traversals)
+					}
+					if di == 2 && k > 1 && len(r.IDs) > 2*k && r.Traversals > 1+(len(r.IDs)+k)/(k+1) {
+						t.Fatalf("%s: a perfect drafter took %d traversals for %d tokens", name, r.Traversals, len(r.IDs))
+					}
+					for _, st := range b.steps {
+						// The last token wanted is never fed; nor is a position past the context.
+						if end := st.Pos + len(st.IDs); end > len(prompt)+o.MaxTokens-1 && end > len(prompt) || o.Context > 0 && end > o.Context {
+							t.Fatalf("%s: step at %d with %d ids past the context or the length", name, st.Pos, len(st.IDs))
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestSpeculativeCounts(t *testing.T) {
+	b := &toy{vocab: 8}
+	r, err := RunSpeculative(context.Background(), b, &noisy{target: b, hit: 1, r: rand.New(rand.NewPCG(3, 3))}, []int{1, 2}, Options{MaxTokens: 13, EOS: -1}, SpecOptions{K: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The prompt gives 1 token, then rounds of 4 drafts + 1 give 5, 5 and
+	// (clamped to the 2 left) 1 draft + 1.
+	if len(r.IDs) != 13 || r.Traversals != 4 || r.Drafted != 9 || r.Accepted != 9 {
+		t.Fatalf("%d ids, %d traversals, %d of %d accepted", len(r.IDs), r.Traversals, r.Accepted, r.Drafted)
+	}
+	if got := r.TokensPerTraversal(); got != 4 || r.AcceptanceRate() != 1 {
+		t.Fatalf("tokens per traversal %v, acceptance %v", got, r.AcceptanceRate())
+	}
+	wantSteps := []struct{ pos, n int }{{0, 2}, {2, 5}, {7, 5}, {12, 2}}
+	for i, w := range wantSteps {
+		if s := b.steps[i]; s.Pos != w.pos || len(s.IDs) != w.n || i > 0 && !s.All {
+			t.Fatalf("step %d: pos %d, %d ids, all %v; want pos %d, %d ids", i, s.Pos, len(s.IDs), s.All, w.pos, w.n)
+		}
+	}
+}
+
+// TestSpeculativeUniforms: the j-th generated token is drawn with the j-th
+// number of the seed's sequence, however the rounds fall.
+func TestSpeculativeUniforms(t *testing.T) {
+	b := &toy{vocab: 8, sampled: true}
+	if _, err := RunSpeculative(context.Background(), b, &noisy{target: b, hit: 0.5, r: rand.New(rand.NewPCG(3, 4))}, []int{1, 2}, Options{MaxTokens: 20, EOS: -1, Seed: 9}, SpecOptions{K: 3}); err != nil {
+		t.Fatal(err)
+	}
+	u := Uniforms(9)
+	var want []float64
+	for range 30 {
+		want = append(want, u())
+	}
+	g := 0
+	for i, s := range b.steps {
+		if i > 0 {
+			g = s.Pos - 1 // the row of the token at position Pos+1 is generated token Pos+1-len(prompt)
+		}
+		for r, x := range s.Uniform {
+			if x != want[g+r] {
+				t.Fatalf("step %d row %d: uniform %v, want number %d of the seed", i, r, x, g+r)
+			}
+		}
+	}
+}
+
+type failing struct{ err error }
+
+func (f failing) Draft(context.Context, []int, int) ([]int, [][]float64, error) {
+	return nil, nil, f.err
+}
+
+type tooMany struct{}
+
+func (tooMany) Draft(ctx context.Context, seq []int, k int) ([]int, [][]float64, error) {
+	return make([]int, k+1), nil, nil
+}
+
+type withQ struct{}
+
+func (withQ) Draft(ctx context.Context, seq []int, k int) ([]int, [][]float64, error) {
+	return []int{1}, [][]float64{make([]float64, 8)}, nil
+}
+
+func TestSpeculativeErrors(t *testing.T) {
+	boom := errors.New("boom")
+	o := Options{MaxTokens: 5, EOS: -1}
+	tests := []struct {
+		name string
+		d    spec.Drafter
+		want error
+	}{
+		{"drafter error", failing{boom}, boom},
+		{"too many drafts", tooMany{}, spec.ErrDraft},
+		{"distributions without logits", withQ{}, ErrNoLogits},
+	}
+	for _, tt := range tests {
+		if _, err := RunSpeculative(context.Background(), &toy{vocab: 8}, tt.d, []int{1}, o, SpecOptions{K: 2}); !errors.Is(err, tt.want) {
+			t.Errorf("%s: %v, want %v", tt.name, err, tt.want)
+		}
+	}
+	if _, err := RunSpeculative(context.Background(), &toy{vocab: 8}, spec.NGram{}, make([]int, 9), Options{MaxTokens: 1, Context: 8}, SpecOptions{}); !errors.Is(err, ErrPromptTooLong) {
+		t.Errorf("long prompt: %v", err)
+	}
+	if r, err := RunSpeculative(context.Background(), &toy{vocab: 8}, spec.NGram{}, []int{1}, Options{}, SpecOptions{}); err != nil || len(r.IDs) != 0 {
+		t.Errorf("no tokens asked: %v, %v", r.IDs, err)
+	}
+}
+
+func TestSpeculativeTiming(t *testing.T) {
+	clock := time.Unix(0, 0)
+	tick := func() time.Time { clock = clock.Add(time.Millisecond); return clock }
+	b := &toy{vocab: 8}
+	r, err := RunSpeculative(context.Background(), b, spec.NGram{}, []int{1, 2, 1, 2}, Options{MaxTokens: 10, EOS: -1, Now: tick}, SpecOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Prefill <= 0 || r.Decode <= 0 || r.DecodeRate() <= 0 || r.DraftTime <= 0 || r.DraftTime > r.Decode {
+		t.Fatalf("prefill %v decode %v draft %v", r.Prefill, r.Decode, r.DraftTime)
+	}
+}
