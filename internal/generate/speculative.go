@@ -155,8 +155,8 @@ func RunSpeculative(ctx context.Context, b Backend, d spec.Drafter, prompt []int
 func specRound(ctx context.Context, b Backend, d spec.Drafter, o Options, so SpecOptions, tuner *spec.Tuner, smp *sample.Sampler,
 	res *Result, seq []int, uniforms func(from, n int) []float64, u func() float64, now func() time.Time,
 	emit func(int) (bool, error)) (bool, error) {
-	g := len(res.IDs)  // index of the next generated token
-	L := len(seq)      // seq[L-1], the last token emitted, is not in the caches yet
+	g := len(res.IDs) // index of the next generated token
+	L := len(seq)     // seq[L-1], the last token emitted, is not in the caches yet
 	k := so.K
 	if tuner != nil {
 		k = tuner.K()
