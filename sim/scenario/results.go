@@ -297,42 +297,66 @@ func (r *Results) finish() {
 	slices.SortStableFunc(r.Hops, func(a, b HopResult) int { return strings.Compare(a.Node, b.Node) })
 }
 
-// ThroughputSeries returns, per client, tokens/s in windows of width
-// seconds over the run.
+// ThroughputSeries returns tokens/s in windows of width seconds, one
+// series per client and phase (per client when there is one phase),
+// each over its phase's span.
 func (r *Results) ThroughputSeries(width float64) []plot.Series {
-	var clients []string
-	end := 0.0
-	for _, q := range r.Requests {
-		if !slices.Contains(clients, q.Client) {
-			clients = append(clients, q.Client)
-		}
-		end = max(end, q.End)
-	}
-	if width <= 0 || len(clients) == 0 {
+	if width <= 0 {
 		return nil
 	}
-	bins := int(math.Ceil(end/width)) + 1
+	type key struct {
+		client string
+		phase  int
+	}
+	var keys []key
+	span := map[key][2]float64{}
+	for _, q := range r.Requests {
+		k := key{q.Client, q.Phase}
+		sp, ok := span[k]
+		if !ok {
+			keys = append(keys, k)
+			sp = [2]float64{q.Start, q.End}
+		}
+		span[k] = [2]float64{min(sp[0], q.Start), max(sp[1], q.End)}
+	}
 	var out []plot.Series
-	for _, c := range clients {
-		counts := make([]float64, bins)
+	for _, k := range keys {
+		lo, hi := int(math.Floor(span[k][0]/width)), int(math.Floor(span[k][1]/width))
+		counts := make([]float64, max(hi-lo+1, 1))
 		for _, q := range r.Requests {
-			if q.Client != c {
+			if q.Client != k.client || q.Phase != k.phase {
 				continue
 			}
 			for _, t := range q.TokenTimes {
-				if b := int(math.Floor(t / width)); b >= 0 && b < bins {
+				if b := int(math.Floor(t/width)) - lo; b >= 0 && b < len(counts) {
 					counts[b]++
 				}
 			}
 		}
-		s := plot.Series{Name: c}
+		name := k.client
+		if len(r.Phases) > 1 && k.phase < len(r.Phases) {
+			name = fmt.Sprintf("%s, %d in flight", k.client, r.Phases[k.phase].InFlight[r.clientGroup(k.client)])
+		}
+		s := plot.Series{Name: name}
 		for i, n := range counts {
-			s.X = append(s.X, (float64(i)+0.5)*width)
+			s.X = append(s.X, (float64(lo+i)+0.5)*width)
 			s.Y = append(s.Y, n/width)
 		}
 		out = append(out, s)
 	}
 	return out
+}
+
+// clientGroup returns the group of a client host.
+func (r *Results) clientGroup(host string) string {
+	if r.Scenario != nil {
+		for _, h := range r.Scenario.Hosts() {
+			if h.Name == host {
+				return h.Group
+			}
+		}
+	}
+	return host
 }
 
 // WriteDir writes results.json and the plots into dir: throughput.svg

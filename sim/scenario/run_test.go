@@ -297,3 +297,21 @@ func TestQuantiles(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 }
+
+func TestThroughputSeries(t *testing.T) {
+	s, _ := Parse([]byte(base))
+	s.Clients[0].InFlight = Ints{1, 2}
+	r := &Results{Scenario: s, Phases: []PhaseResult{{Phase: 0, InFlight: map[string]int{"c": 1}}, {Phase: 1, InFlight: map[string]int{"c": 2}}},
+		Requests: []RequestResult{
+			{Client: "c", Phase: 0, Start: 0.2, End: 1.9, TokenTimes: []float64{0.5, 0.7, 1.5}},
+			{Client: "c", Phase: 1, Start: 2.1, End: 3.5, TokenTimes: []float64{2.5, 3.1, 3.2, 3.4}},
+		}}
+	ss := r.ThroughputSeries(1)
+	if len(ss) != 2 || ss[0].Name != "c, 1 in flight" || ss[1].Name != "c, 2 in flight" {
+		t.Fatalf("%+v", ss)
+	}
+	if !reflect.DeepEqual(ss[0].X, []float64{0.5, 1.5}) || !reflect.DeepEqual(ss[0].Y, []float64{2, 1}) ||
+		!reflect.DeepEqual(ss[1].X, []float64{2.5, 3.5}) || !reflect.DeepEqual(ss[1].Y, []float64{1, 3}) {
+		t.Fatalf("%+v", ss)
+	}
+}

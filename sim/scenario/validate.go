@@ -363,4 +363,3 @@ func checkLink(where string, delay, jitter Duration, loss float64, bw Bandwidth)
 	}
 	return nil
 }
-
