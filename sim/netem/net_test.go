@@ -29,6 +29,7 @@ func symmetric(l Link) func(int, int) Link {
 // is timed by the kernel on arrival, so the round trip is the emulator's:
 // no user-space responder or reader wake-up is in it.
 func TestRTT(t *testing.T) {
+	needRoot(t)
 	for _, tc := range []struct {
 		name   string
 		oneWay time.Duration
@@ -255,9 +256,8 @@ func TestLoss(t *testing.T) {
 	}
 }
 
-// TestBackend: auto picks netem only when the kernel has it, and
-// "delayline" can be forced when auto would pick netem.
-func TestBackend(t *testing.T) {
+// TestChooseBackend: auto picks netem only when the kernel has it.
+func TestChooseBackend(t *testing.T) {
 	yes, no := func() bool { return true }, func() bool { return false }
 	for _, tc := range []struct {
 		req   string
@@ -279,6 +279,12 @@ func TestBackend(t *testing.T) {
 			t.Errorf("chooseBackend(%q, %v) = %q, %v; want %q, %v", tc.req, tc.probe(), got, err, tc.want, tc.err)
 		}
 	}
+}
+
+// TestBackend: "delayline" can be forced when auto would pick netem, and
+// Backend reports what auto picked on this kernel.
+func TestBackend(t *testing.T) {
+	yes := func() bool { return true }
 
 	// Forced delayline while the kernel (as far as start knows) has netem.
 	n := startHooked(t, Spec{Hosts: 2, Backend: BackendDelayline}, hooks{probe: yes})
@@ -457,6 +463,10 @@ func TestCommand(t *testing.T) {
 	}
 	if !strings.Contains(string(out), n.Addr(1).String()+"/16") {
 		t.Errorf("host 1 sees %q, want %s/16", out, n.Addr(1))
+	}
+	out, err = n.Command(t.Context(), 1, "cat", "/proc/sys/net/ipv6/conf/"+tunName+"/disable_ipv6").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "1" {
+		t.Errorf("IPv6 on %s: disable_ipv6 %q, %v; want 1", tunName, out, err)
 	}
 }
 
