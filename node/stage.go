@@ -18,6 +18,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peerstore"
 	ma "github.com/multiformats/go-multiaddr"
 
+	"github.com/pipeshard/pipeshard/internal/sched"
 	"github.com/pipeshard/pipeshard/internal/wire"
 	"github.com/pipeshard/pipeshard/ovrt"
 	"github.com/pipeshard/pipeshard/ovrt/sample"
@@ -30,6 +31,15 @@ type StageOptions struct {
 	IdleTimeout time.Duration // a session unused this long is closed (default 5 min)
 	MaxFrame    int           // largest frame accepted (default wire.DefaultMaxFrame)
 	IOTimeout   time.Duration // deadline for opening the next hop and for each write (default 20 s)
+	// Credit is how many forwards of one session may be queued or running
+	// here (default sched.DefaultCredit). The stage holds at most
+	// MaxSessions × Credit forwards, each at most MaxFrame bytes.
+	Credit int
+	// BatchTokens is the token budget of one batch (default
+	// sched.DefaultBatchTokens); MaxWindow caps the gathering window
+	// (default sched.DefaultMaxWindow). See internal/sched.
+	BatchTokens int
+	MaxWindow   time.Duration
 }
 
 func (o *StageOptions) defaults() {
@@ -48,17 +58,26 @@ func (o *StageOptions) defaults() {
 	if o.IOTimeout == 0 {
 		o.IOTimeout = 20 * time.Second
 	}
+	if o.Credit == 0 {
+		o.Credit = sched.DefaultCredit
+	}
 }
 
 // Stage serves one shard over the stage protocol. It reads Forwards from
 // every session's upstream stream, runs the ones that are waiting as one
 // batched forward (continuous batching across sessions), and passes each
 // result on: hidden states to the session's next hop, or the client's
-// answer straight to the client.
+// answer straight to the client. Which forwards run together, and when,
+// is decided by an internal/sched scheduler: batches fair across clients
+// under a token budget, a short gathering window when more forwards are
+// expected soon, and credits that bound what each session may queue here.
 //
-// Goroutines: one per upstream stream (reading), one per downstream
-// stream (relaying errors upstream), one executor, one janitor. All exit
-// when the context given to Run ends or their stream closes.
+// Goroutines: per session one reader of its upstream stream (which reads
+// only while the session has credit), one writer of the credits it
+// returns upstream, and, before the last hop, one relay of what comes back
+// from the next hop (errors, and its credits); one executor and one
+// janitor. All exit when the context given to Run ends or their session
+// or stream closes.
 type Stage struct {
 	h       host.Host
 	model   *ovrt.Model
@@ -69,11 +88,18 @@ type Stage struct {
 	opts    StageOptions
 	log     *slog.Logger
 
-	queue chan *job
+	kick  chan struct{} // wakes the executor after an input to the scheduler
+	epoch time.Time     // the scheduler's clock counts from here
 
-	mu       sync.Mutex // guards sessions and draining
+	// mu guards sessions and draining, and the scheduler: core, the
+	// payloads of its jobs, the next scheduler session number and every
+	// session's owed credit.
+	mu       sync.Mutex
 	sessions map[wire.SessionID]*session
 	draining bool
+	core     *sched.Sched
+	jobs     map[sched.JobID]*job
+	nextSID  sched.SessionID
 
 	statsMu sync.Mutex
 	stats   Stats
@@ -83,12 +109,19 @@ type Stage struct {
 type Stats struct {
 	// DecodeMicros is a moving average of one forward of one token at
 	// batch 1: the stage's latency, reported in its status.
-	DecodeMicros   float64
-	Forwards       int64
-	Tokens         int64
-	Batches        int64
-	ComputeNanos   int64
-	QueuedTokens   int64
+	DecodeMicros float64
+	Forwards     int64
+	Tokens       int64
+	Batches      int64
+	ComputeNanos int64
+	// QueuedTokens, QueuedJobs and QueuedBytes count the forwards the
+	// stage holds, waiting or running, their tokens and their payload
+	// bytes: at most sessions × Credit forwards.
+	QueuedTokens int64
+	QueuedJobs   int64
+	QueuedBytes  int64
+	// WindowMicros is the last gathering window the scheduler chose.
+	WindowMicros   float64
 	Errors         int64
 	SessionsOpened int64
 }
@@ -104,6 +137,7 @@ type job struct {
 // session is one sequence's state on this stage.
 type session struct {
 	id    wire.SessionID
+	sid   sched.SessionID // the scheduler's name for it
 	open  *wire.Open
 	req   *ovrt.Request
 	smp   *sample.Sampler
@@ -113,6 +147,18 @@ type session struct {
 	used  time.Time
 	done  chan struct{}
 	close sync.Once
+
+	room   chan struct{} // signalled when credit returns: the reader may read again
+	credit chan struct{} // signalled when owed > 0: the credit writer sends it
+	owed   int           // credit to return upstream; guarded by Stage.mu
+}
+
+// signal wakes whoever waits on ch (a channel of capacity 1).
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
 }
 
 // conn is a stream with serialized writes.
@@ -132,16 +178,27 @@ func (c *conn) send(m wire.Message) error {
 }
 
 // NewStage serves model (the shard shardCID of model modelID) on h.
+// Scheduler options out of range fall back to their defaults.
 func NewStage(h host.Host, model *ovrt.Model, modelID, shardCID string, opts StageOptions, log *slog.Logger) *Stage {
 	opts.defaults()
 	if log == nil {
 		log = slog.Default()
 	}
+	core, err := sched.New(sched.Config{Credit: opts.Credit, BatchTokens: opts.BatchTokens, MaxWindow: opts.MaxWindow})
+	if err != nil {
+		log.Warn("stage scheduler options", "err", err)
+		core, _ = sched.New(sched.Config{})
+	}
+	opts.Credit = core.Config().Credit
 	w := model.Weights()
 	lo, hi := w.HeadRange()
 	return &Stage{h: h, model: model, modelID: modelID, shard: shardCID, last: w.IsLast(), lo: lo, hi: hi,
-		opts: opts, log: log.With("shard", shardCID), queue: make(chan *job, 1024), sessions: map[wire.SessionID]*session{}}
+		opts: opts, log: log.With("shard", shardCID), kick: make(chan struct{}, 1), epoch: time.Now(),
+		sessions: map[wire.SessionID]*session{}, core: core, jobs: map[sched.JobID]*job{}}
 }
+
+// now is the scheduler's clock.
+func (st *Stage) now() time.Duration { return time.Since(st.epoch) }
 
 // Calibrate measures one forward of one token at batch 1 (the median of
 // reps), so the node reports a real decode time before its first session.
@@ -205,8 +262,14 @@ func (st *Stage) Sessions() int {
 // Snapshot returns a copy of the counters.
 func (st *Stage) Snapshot() Stats {
 	st.statsMu.Lock()
-	defer st.statsMu.Unlock()
-	return st.stats
+	out := st.stats
+	st.statsMu.Unlock()
+	st.mu.Lock()
+	c := st.core.Stats()
+	st.mu.Unlock()
+	out.QueuedTokens, out.QueuedJobs, out.QueuedBytes = int64(c.QueuedTokens), int64(c.QueuedJobs), int64(c.QueuedBytes)
+	out.WindowMicros = float64(c.Window.Nanoseconds()) / 1e3
+	return out
 }
 
 // KVBytes returns the KV cache memory held by all sessions.
@@ -254,6 +317,11 @@ func (st *Stage) serve(ctx context.Context, s network.Stream) {
 	defer st.drop(sess, nil)
 	s.SetReadDeadline(time.Time{})
 	for {
+		// Out of credit, read nothing: the transport's flow control stops
+		// a sender that ignores its credit.
+		if !st.waitRoom(ctx, sess) {
+			return
+		}
 		m, err := r.Read()
 		if err != nil {
 			if !errors.Is(err, network.ErrReset) && !errors.Is(err, io.EOF) {
@@ -274,14 +342,7 @@ func (st *Stage) serve(ctx context.Context, s network.Stream) {
 			sess.mu.Lock()
 			sess.used = time.Now()
 			sess.mu.Unlock()
-			st.statsMu.Lock()
-			st.stats.QueuedTokens += int64(m.NTok)
-			st.statsMu.Unlock()
-			select {
-			case st.queue <- &job{s: sess, f: m, at: time.Now(), ntok: int(m.NTok)}:
-			case <-ctx.Done():
-				return
-			case <-sess.done:
+			if !st.enqueue(sess, m) {
 				return
 			}
 		case *wire.Close:
@@ -294,6 +355,50 @@ func (st *Stage) serve(ctx context.Context, s network.Stream) {
 			return
 		}
 	}
+}
+
+// waitRoom waits until sess may send another forward; false when the
+// session or the stage ends first.
+func (st *Stage) waitRoom(ctx context.Context, sess *session) bool {
+	for {
+		st.mu.Lock()
+		room := st.core.Room(sess.sid)
+		st.mu.Unlock()
+		if room > 0 {
+			return true
+		}
+		select {
+		case <-sess.room:
+		case <-sess.done:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// enqueue hands a checked forward to the scheduler; false when the
+// session has closed meanwhile.
+func (st *Stage) enqueue(sess *session, f *wire.Forward) bool {
+	st.mu.Lock()
+	j, err := st.core.Arrive(st.now(), sess.sid, int(f.NTok), payloadBytes(f))
+	if err == nil {
+		st.jobs[j.ID] = &job{s: sess, f: f, at: time.Now(), ntok: int(f.NTok)}
+	}
+	st.mu.Unlock()
+	if err != nil {
+		// Closed (ErrUnknownSession); out of credit cannot happen, as the
+		// reader waited for room.
+		return false
+	}
+	signal(st.kick)
+	return true
+}
+
+// payloadBytes is what a queued forward holds beyond its fixed fields: no
+// more than its frame's length.
+func payloadBytes(f *wire.Forward) int {
+	return len(f.Data) + 8*len(f.Partial) + 8*len(f.Uniform) + 9*len(f.Trace)
 }
 
 // readError classifies a failed frame read for the wire.
@@ -367,7 +472,15 @@ func (st *Stage) admit(ctx context.Context, o *wire.Open, up *conn) (*session, e
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", wire.ErrProtocol, err)
 	}
-	s := &session{id: o.Session, open: o, req: st.model.NewRequest(), smp: smp, up: up, used: time.Now(), done: make(chan struct{})}
+	s := &session{id: o.Session, open: o, req: st.model.NewRequest(), smp: smp, up: up, used: time.Now(), done: make(chan struct{}),
+		room: make(chan struct{}, 1), credit: make(chan struct{}, 1)}
+	// Batches are fair across clients. The first hop knows its client:
+	// the stream's peer. Later hops take the Open's word for it.
+	client := peer.ID(o.Client).String()
+	if o.Hop == 0 {
+		client = up.s.Conn().RemotePeer().String()
+	}
+	var relayFrom *wire.Reader
 
 	// Build the rest of the chain: the next hop, or the client.
 	dctx, cancel := context.WithTimeout(ctx, st.opts.IOTimeout)
@@ -409,11 +522,18 @@ func (st *Stage) admit(ctx context.Context, o *wire.Open, up *conn) (*session, e
 			return nil, fmt.Errorf("%w: hop %d answered open with %v", wire.ErrProtocol, o.Hop+1, m.Type())
 		}
 		s.down = down
-		go st.relay(s, r)
+		relayFrom = r
 	}
 	st.mu.Lock()
+	st.nextSID++
+	s.sid = st.nextSID
+	st.core.Open(s.sid, client, !st.last) // cannot fail: a fresh number
 	st.sessions[s.id] = s
 	st.mu.Unlock()
+	if relayFrom != nil {
+		go st.relay(s, relayFrom) // now that the scheduler knows the session its credit is for
+	}
+	go st.credits(s)
 	st.statsMu.Lock()
 	st.stats.SessionsOpened++
 	st.statsMu.Unlock()
@@ -421,10 +541,37 @@ func (st *Stage) admit(ctx context.Context, o *wire.Open, up *conn) (*session, e
 		st.drop(s, nil)
 		return nil, err
 	}
+	if err := up.send(&wire.Credit{Session: s.id, N: uint32(st.opts.Credit)}); err != nil {
+		st.drop(s, nil)
+		return nil, err
+	}
 	return s, nil
 }
 
-// relay passes what comes back from the next hop (errors) upstream.
+// credits sends upstream the credit the session is owed, as forwards
+// leave, until the session ends. A write that blocks (an upstream that
+// does not read) holds up only this session.
+func (st *Stage) credits(s *session) {
+	for {
+		select {
+		case <-s.credit:
+		case <-s.done:
+			return
+		}
+		st.mu.Lock()
+		n := s.owed
+		s.owed = 0
+		st.mu.Unlock()
+		if n > 0 {
+			if err := s.up.send(&wire.Credit{Session: s.id, N: uint32(n)}); err != nil {
+				return // the upstream is gone: its reader ends the session
+			}
+		}
+	}
+}
+
+// relay passes what comes back from the next hop on: errors upstream,
+// its credit to the scheduler.
 func (st *Stage) relay(s *session, r *wire.Reader) {
 	for {
 		m, err := r.Read()
@@ -436,8 +583,17 @@ func (st *Stage) relay(s *session, r *wire.Reader) {
 			}
 			return
 		}
-		if e, ok := m.(*wire.Error); ok {
-			s.up.send(e)
+		switch m := m.(type) {
+		case *wire.Error:
+			s.up.send(m)
+		case *wire.Credit:
+			if m.Session != s.id {
+				continue
+			}
+			st.mu.Lock()
+			st.core.Grant(s.sid, int(m.N))
+			st.mu.Unlock()
+			signal(st.kick)
 		}
 	}
 }
@@ -448,6 +604,11 @@ func (st *Stage) drop(s *session, err error) {
 		close(s.done)
 		st.mu.Lock()
 		delete(st.sessions, s.id)
+		if s.sid != 0 {
+			for _, j := range st.core.Close(s.sid) {
+				delete(st.jobs, j.ID) // waiting forwards will not run
+			}
+		}
 		st.mu.Unlock()
 		if err != nil {
 			st.fail(s.up, s.id, 0, s.open.Hop, err)
@@ -515,108 +676,117 @@ func (s *session) lastUsed() time.Time {
 	return s.used
 }
 
-// execute runs batches until ctx ends: it takes every Forward waiting,
-// runs them in one ovrt call, and sends the results on.
+// execute runs what the scheduler decides until ctx ends: a batch as one
+// ovrt call, whose results it sends on and whose credit it returns; or,
+// for a gathering window, a wait for the window's end or the next input.
 func (st *Stage) execute(ctx context.Context) {
-	var batch []*job
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	for {
-		batch = batch[:0]
+		st.mu.Lock()
+		rd := st.core.Next(st.now())
+		batch := make([]*job, 0, len(rd.Batch))
+		for _, sj := range rd.Batch {
+			batch = append(batch, st.jobs[sj.ID])
+			delete(st.jobs, sj.ID)
+		}
+		st.mu.Unlock()
+		if len(batch) > 0 {
+			compute := st.runBatch(batch)
+			st.mu.Lock()
+			for _, c := range st.core.Done(st.now(), compute) {
+				for _, j := range batch {
+					if j.s.sid == c.Session {
+						j.s.owed += c.N
+						signal(j.s.credit)
+						signal(j.s.room)
+						break
+					}
+				}
+			}
+			st.mu.Unlock()
+			continue
+		}
+		var wake <-chan time.Time
+		if rd.Wait > 0 {
+			timer.Reset(rd.Wait)
+			wake = timer.C
+		}
 		select {
 		case <-ctx.Done():
+			timer.Stop()
 			return
-		case j := <-st.queue:
-			batch = append(batch, j)
+		case <-st.kick:
+		case <-wake:
 		}
-	more:
-		for len(batch) < 256 {
-			select {
-			case j := <-st.queue:
-				batch = append(batch, j)
-			default:
-				break more
-			}
-		}
-		st.runBatch(batch)
+		timer.Stop()
 	}
 }
 
-func (st *Stage) runBatch(batch []*job) {
+// runBatch runs one batch, at most one forward per session, and sends
+// each result on. It returns the time of the ovrt call.
+func (st *Stage) runBatch(batch []*job) time.Duration {
 	c := st.model.Config()
 	start := time.Now()
-	// One session may have several Forwards queued; each ovrt call takes a
-	// request once, so split the batch into rounds.
-	for len(batch) > 0 {
-		var round, rest []*job
-		seen := map[*session]bool{}
-		for _, j := range batch {
-			if seen[j.s] {
-				rest = append(rest, j)
-				continue
-			}
-			seen[j.s] = true
-			round = append(round, j)
+	steps := make([]ovrt.Step, 0, len(batch))
+	live := make([]*job, 0, len(batch))
+	for _, j := range batch {
+		select {
+		case <-j.s.done:
+			continue // closed while queued
+		default:
 		}
-		steps := make([]ovrt.Step, 0, len(round))
-		live := round[:0]
-		for _, j := range round {
-			select {
-			case <-j.s.done:
-				continue // closed while queued
-			default:
-			}
-			step := ovrt.Step{Req: j.s.req, Pos: int(j.f.Pos), Want: ovrt.WantLast}
-			if j.f.All {
-				step.Want = ovrt.WantAll
-			}
-			switch j.f.Kind {
-			case wire.KindTokens:
-				step.Tokens = j.f.Tokens()
-			case wire.KindHiddenF16:
-				step.Hidden = make([]float32, int(j.f.NTok)*c.Dim)
-				ovrt.DecodeF16(step.Hidden, j.f.Data)
-			case wire.KindHiddenF32:
-				step.Hidden = make([]float32, int(j.f.NTok)*c.Dim)
-				for i := range step.Hidden {
-					step.Hidden[i] = math.Float32frombits(binary.LittleEndian.Uint32(j.f.Data[4*i:]))
-				}
-			}
-			steps = append(steps, step)
-			live = append(live, j)
+		step := ovrt.Step{Req: j.s.req, Pos: int(j.f.Pos), Want: ovrt.WantLast}
+		if j.f.All {
+			step.Want = ovrt.WantAll
 		}
-		t0 := time.Now()
-		res := st.model.Forward(steps)
-		compute := time.Since(t0)
-		ntok := 0
-		for i, j := range live {
-			ntok += j.ntok
-			timing := wire.Timing{Hop: j.s.open.Hop, Queue: uint32(t0.Sub(j.at).Microseconds()), Compute: uint32(compute.Microseconds())}
-			if res[i].Err != nil {
-				st.fail(j.s.up, j.s.id, j.f.Seq, j.s.open.Hop, stageError(res[i].Err))
-				continue
-			}
-			if err := st.emit(j, res[i], timing); err != nil {
-				st.drop(j.s, fmt.Errorf("%w: %v", wire.ErrNextHop, err))
+		switch j.f.Kind {
+		case wire.KindTokens:
+			step.Tokens = j.f.Tokens()
+		case wire.KindHiddenF16:
+			step.Hidden = make([]float32, int(j.f.NTok)*c.Dim)
+			ovrt.DecodeF16(step.Hidden, j.f.Data)
+		case wire.KindHiddenF32:
+			step.Hidden = make([]float32, int(j.f.NTok)*c.Dim)
+			for i := range step.Hidden {
+				step.Hidden[i] = math.Float32frombits(binary.LittleEndian.Uint32(j.f.Data[4*i:]))
 			}
 		}
-		st.statsMu.Lock()
-		if len(live) == 1 && ntok == 1 {
-			us := float64(compute.Microseconds())
-			if st.stats.DecodeMicros == 0 {
-				st.stats.DecodeMicros = us
-			} else {
-				st.stats.DecodeMicros += 0.1 * (us - st.stats.DecodeMicros)
-			}
+		steps = append(steps, step)
+		live = append(live, j)
+	}
+	t0 := time.Now()
+	res := st.model.Forward(steps)
+	compute := time.Since(t0)
+	ntok := 0
+	for i, j := range live {
+		ntok += j.ntok
+		timing := wire.Timing{Hop: j.s.open.Hop, Queue: uint32(t0.Sub(j.at).Microseconds()), Compute: uint32(compute.Microseconds())}
+		if res[i].Err != nil {
+			st.fail(j.s.up, j.s.id, j.f.Seq, j.s.open.Hop, stageError(res[i].Err))
+			continue
 		}
-		st.stats.Forwards += int64(len(live))
-		st.stats.Tokens += int64(ntok)
-		st.stats.QueuedTokens -= int64(ntok)
-		st.stats.Batches++
-		st.statsMu.Unlock()
-		batch = rest
+		if err := st.emit(j, res[i], timing); err != nil {
+			st.drop(j.s, fmt.Errorf("%w: %v", wire.ErrNextHop, err))
+		}
 	}
 	st.statsMu.Lock()
+	if len(live) == 1 && ntok == 1 {
+		us := float64(compute.Microseconds())
+		if st.stats.DecodeMicros == 0 {
+			st.stats.DecodeMicros = us
+		} else {
+			st.stats.DecodeMicros += 0.1 * (us - st.stats.DecodeMicros)
+		}
+	}
+	st.stats.Forwards += int64(len(live))
+	st.stats.Tokens += int64(ntok)
+	if len(live) > 0 {
+		st.stats.Batches++
+	}
 	st.stats.ComputeNanos += time.Since(start).Nanoseconds()
 	st.statsMu.Unlock()
+	return compute
 }
 
 // stageError maps a runtime error to its wire sentinel.

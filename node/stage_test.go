@@ -90,10 +90,14 @@ func (h *hostile) send(m wire.Message) {
 	}
 }
 
-// expectError reads until an Error frame arrives and checks its kind.
+// expectError reads until an Error frame arrives (past the stage's
+// credits) and checks its kind.
 func (h *hostile) expectError(want error) {
 	h.t.Helper()
 	m, err := h.r.Read()
+	for err == nil && m.Type() == wire.TypeCredit {
+		m, err = h.r.Read()
+	}
 	if err != nil {
 		h.t.Fatalf("want an error frame (%v), got read error %v", want, err)
 	}
@@ -107,7 +111,8 @@ func (h *hostile) expectError(want error) {
 }
 
 // open starts a one-hop session whose next hop is the client itself; the
-// client answers the node's Open with Opened so the chain stands.
+// client answers the node's Open with Opened so the chain stands, and
+// grants the node all the credit it may want.
 func open(t *testing.T, c host.Host, n *node.Node, ref shards.ShardRef, id byte) *hostile {
 	t.Helper()
 	c.SetStreamHandler(protocol.ID(wire.StageProtocol), func(s network.Stream) {
@@ -118,6 +123,7 @@ func open(t *testing.T, c host.Host, n *node.Node, ref shards.ShardRef, id byte)
 		}
 		o := m.(*wire.Open)
 		wire.Write(s, &wire.Opened{Session: o.Session, Hop: o.Hop})
+		wire.Write(s, &wire.Credit{Session: o.Session, N: 1 << 30})
 		for {
 			if _, err := r.Read(); err != nil {
 				return
