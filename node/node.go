@@ -15,6 +15,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/pnet"
 
 	"github.com/pipeshard/pipeshard/internal/fetch"
 	"github.com/pipeshard/pipeshard/internal/status"
@@ -47,6 +48,13 @@ type Config struct {
 	MaxMemory int64         // bound on shard + KV bytes (0: none)
 	Reprovide time.Duration
 	Stage     StageOptions
+	// SwarmKey, if set, makes the node a member of a private swarm: only
+	// peers holding the same key can connect, over TCP only (see
+	// HostOptions.SwarmKey and ReadSwarmKey).
+	SwarmKey pnet.PSK
+	// Allow, if not nil, lists the only peers the node talks to (its own
+	// ID is always allowed), clients included; Stage.Allowed is set from it.
+	Allow []peer.ID
 	// Progress, if set, sees a shard fetch's bytes.
 	Progress func(done, total int64)
 	Log      *slog.Logger
@@ -70,6 +78,11 @@ func (c *Config) Validate() error {
 	}
 	if _, err := ParseAddrs(c.Bootstrap); err != nil {
 		return fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	if len(c.SwarmKey) > 0 {
+		if err := CheckPrivateAddrs(append(slices.Clone(c.Listen), c.Bootstrap...)); err != nil {
+			return fmt.Errorf("%w: %w", ErrConfig, err)
+		}
 	}
 	return nil
 }
@@ -112,6 +125,13 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		cfg.Reprovide = 12 * time.Hour
 	}
 	n := &Node{cfg: cfg, log: cfg.Log}
+	if cfg.Allow != nil && cfg.Stage.Allowed == nil {
+		allowed := map[peer.ID]bool{}
+		for _, id := range cfg.Allow {
+			allowed[id] = true
+		}
+		n.cfg.Stage.Allowed = func(p peer.ID) bool { return allowed[p] || p == n.Host.ID() }
+	}
 	var key crypto.PrivKey
 	if cfg.Host == nil {
 		if key, err = LoadIdentity(filepath.Join(cfg.Home, "identity.key")); err != nil {
@@ -123,7 +143,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	if cfg.Host != nil {
 		n.Host = cfg.Host
-	} else if n.Host, err = NewHost(HostOptions{Key: key, Listen: cfg.Listen}); err != nil {
+	} else if n.Host, err = NewHost(n.hostOptions(key)); err != nil {
 		n.Store.Close()
 		return nil, err
 	}
@@ -159,6 +179,18 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	return n, nil
+}
+
+// hostOptions are the options of the node's own host: its key, where it
+// listens, its private swarm, and per-peer limits a little above the
+// stage's, so that a peer meets the stage's typed errors first.
+func (n *Node) hostOptions(key crypto.PrivKey) HostOptions {
+	sessions := n.cfg.Stage.MaxSessions
+	if sessions <= 0 {
+		sessions = 64
+	}
+	return HostOptions{Key: key, Listen: n.cfg.Listen, SwarmKey: n.cfg.SwarmKey, Allow: n.cfg.Allow,
+		PerPeer: PeerLimits{StageStreams: sessions + 16}}
 }
 
 // ensureShard fetches the shard from peers when the store lacks it,

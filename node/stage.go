@@ -40,6 +40,18 @@ type StageOptions struct {
 	// (default sched.DefaultMaxWindow). See internal/sched.
 	BatchTokens int
 	MaxWindow   time.Duration
+
+	// Per-peer limits (ErrLimit). A session is accounted to its client,
+	// which the first hop requires to be the peer that sent the Open;
+	// later hops count (previous hop, client) pairs.
+	MaxSessionsPerPeer int     // concurrent sessions of one peer (default 16; negative: no limit)
+	MaxKVBytesPerPeer  int64   // KV bytes one peer's sessions may grow to, each reserved at its whole context (0: no limit)
+	RatePerPeer        float64 // Opens and Forwards a second from one peer (0: no limit)
+	BurstPerPeer       int     // requests one peer may send at once above the rate (default: one second's worth)
+	// Allowed, if set, must allow the peer that sent an Open, its client
+	// and every hop of its route; otherwise the Open is refused
+	// (ErrForbidden). A node sets it from its allow list.
+	Allowed func(peer.ID) bool
 }
 
 func (o *StageOptions) defaults() {
@@ -60,6 +72,12 @@ func (o *StageOptions) defaults() {
 	}
 	if o.Credit == 0 {
 		o.Credit = sched.DefaultCredit
+	}
+	if o.MaxSessionsPerPeer == 0 {
+		o.MaxSessionsPerPeer = 16
+	}
+	if o.RatePerPeer > 0 && o.BurstPerPeer <= 0 {
+		o.BurstPerPeer = int(math.Ceil(o.RatePerPeer))
 	}
 }
 
@@ -100,6 +118,7 @@ type Stage struct {
 	core     *sched.Sched
 	jobs     map[sched.JobID]*job
 	nextSID  sched.SessionID
+	peers    peerLimits // per-peer admission (limits.go)
 
 	statsMu sync.Mutex
 	stats   Stats
@@ -335,6 +354,10 @@ func (st *Stage) serve(ctx context.Context, s network.Stream) {
 				st.fail(up, m.Session, m.Seq, open.Hop, fmt.Errorf("%w: %s on the stream of %s", wire.ErrUnknownSession, m.Session, sess.id))
 				continue
 			}
+			if err := st.rateLimit(open, s.Conn().RemotePeer()); err != nil {
+				st.fail(up, m.Session, m.Seq, open.Hop, err)
+				continue
+			}
 			if err := st.check(m, open); err != nil {
 				st.fail(up, m.Session, m.Seq, open.Hop, err)
 				continue
@@ -438,6 +461,13 @@ func (st *Stage) check(f *wire.Forward, open *wire.Open) error {
 // admit checks an Open, builds the chain behind this hop, and registers
 // the session.
 func (st *Stage) admit(ctx context.Context, o *wire.Open, up *conn) (*session, error) {
+	key, err := st.openKey(o, up.s.Conn().RemotePeer())
+	if err != nil {
+		return nil, err
+	}
+	if err := st.rateLimit(o, key.from); err != nil {
+		return nil, err
+	}
 	hop := o.Route[o.Hop]
 	w := st.model.Weights()
 	lo, hi := w.HeadLo, w.HeadHi
@@ -463,7 +493,12 @@ func (st *Stage) admit(ctx context.Context, o *wire.Open, up *conn) (*session, e
 		st.mu.Unlock()
 		return nil, fmt.Errorf("%w: session %s exists", wire.ErrProtocol, o.Session)
 	}
+	if err := st.reserve(key); err != nil {
+		st.mu.Unlock()
+		return nil, err
+	}
 	st.mu.Unlock()
+	defer st.release(key)
 
 	smp, err := sample.New(sample.Params{Temp: float64(o.Temp), TopP: float64(o.TopP), TopK: int(o.TopK)})
 	if o.Output != wire.OutSample {

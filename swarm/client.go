@@ -11,8 +11,10 @@ import (
 	"github.com/ipfs/go-cid"
 	dht "github.com/libp2p/go-libp2p-kad-dht"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/pnet"
 	"github.com/libp2p/go-libp2p/p2p/protocol/ping"
 
 	"github.com/pipeshard/pipeshard/internal/fetch"
@@ -26,8 +28,15 @@ import (
 type Config struct {
 	Home      string   // local store for manifests and tokenizers
 	Bootstrap []string // full multiaddrs
-	Listen    []string // default: TCP and QUIC on all interfaces
+	Listen    []string // default: TCP and QUIC on all interfaces (TCP only with SwarmKey)
 	Log       *slog.Logger
+	// Key is the client's identity (nil: a fresh one). A node's allow
+	// list names clients by the peer ID of this key.
+	Key crypto.PrivKey
+	// SwarmKey joins a private swarm (TCP only); Allow, if not nil, lists
+	// the only peers the client talks to. See node.HostOptions.
+	SwarmKey pnet.PSK
+	Allow    []peer.ID
 	// Host, if set, is the client's libp2p host (a simulated one, say):
 	// New uses it instead of starting one on Listen. The client owns it
 	// from the call to New on: Close closes it, and so does a New that
@@ -77,7 +86,7 @@ func New(ctx context.Context, cfg Config) (_ *Client, err error) {
 	}
 	if cfg.Host != nil {
 		c.Host = cfg.Host
-	} else if c.Host, err = node.NewHost(node.HostOptions{Listen: cfg.Listen}); err != nil {
+	} else if c.Host, err = node.NewHost(node.HostOptions{Key: cfg.Key, Listen: cfg.Listen, SwarmKey: cfg.SwarmKey, Allow: cfg.Allow}); err != nil {
 		c.Store.Close()
 		return nil, err
 	}
