@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/pipeshard/pipeshard/internal/generate"
+	"github.com/pipeshard/pipeshard/internal/models"
 	"github.com/pipeshard/pipeshard/shards"
 	"github.com/pipeshard/pipeshard/sim/plot"
 	"github.com/pipeshard/pipeshard/sim/scale"
@@ -105,7 +106,7 @@ per-hop compute and queue times, or its error (scenario.ClientRecord).`,
 				Flags: func(fs *flag.FlagSet) {
 					genFlags(fs)
 					fs.String("bootstrap", "", "comma-separated full multiaddrs of swarm peers")
-					fs.String("home", "", "client home: cached manifests and tokenizers")
+					fs.String("home", filepath.Join(models.Home(), "client"), "client home: cached manifests and tokenizers")
 					fs.String("listen", "", "comma-separated multiaddrs for results to arrive on")
 					fs.Duration("timeout", 60*time.Second, "how long one request may look for a route")
 					fs.String("log-level", "warn", "debug, info, warn or error")

@@ -45,10 +45,25 @@ type NetSpec struct {
 	Log         *slog.Logger
 }
 
-// NetSpec returns the spec of the scenario's network, for backend.
+// NetSpec returns the spec of the scenario's network, for backend. Its
+// Link is a snapshot of Scenario.Link for every pair, taken now.
 func (s *Scenario) NetSpec(backend string, log *slog.Logger) NetSpec {
+	n := len(s.Hosts())
+	links := make([][]LinkParams, n)
+	for i := range links {
+		links[i] = make([]LinkParams, n)
+		for j := range links[i] {
+			links[i][j] = s.Link(i, j)
+		}
+	}
 	return NetSpec{
-		Hosts: len(s.Hosts()), Link: s.Link, Backend: backend, Seed: s.Seed,
+		Hosts: n, Backend: backend, Seed: s.Seed,
+		Link: func(from, to int) LinkParams {
+			if from < 0 || to < 0 || from >= n || to >= n {
+				return LinkParams{}
+			}
+			return links[from][to]
+		},
 		MaxDuration: s.Bounds.MaxDuration.D(), MaxBytes: int64(s.Bounds.MaxTraffic), Log: log,
 	}
 }

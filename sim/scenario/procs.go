@@ -103,14 +103,14 @@ func (r *runner) nodeResult(name string) *NodeResult {
 func (r *runner) startNode(ctx context.Context, h Host) error {
 	g := r.sc.Nodes[h.GroupIndex]
 	home := filepath.Join(r.env.WorkDir, "nodes", h.Name)
-	if _, err := os.Stat(home); err != nil {
-		if err := os.MkdirAll(home, 0o755); err != nil {
-			return fmt.Errorf("%w: %w", ErrRun, err)
-		}
-		if !g.Fetch {
-			if err := linkTree(filepath.Join(r.cacheDir(), "store"), filepath.Join(home, "store")); err != nil {
-				return fmt.Errorf("%w: node %s: preloading its store: %w", ErrRun, h.Name, err)
-			}
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		return fmt.Errorf("%w: %w", ErrRun, err)
+	}
+	if !g.Fetch {
+		// Every start: a home left by an earlier run may lack this
+		// run's shards. Files already there are kept.
+		if err := linkTree(filepath.Join(r.cacheDir(), "store"), filepath.Join(home, "store")); err != nil {
+			return fmt.Errorf("%w: node %s: preloading its store: %w", ErrRun, h.Name, err)
 		}
 	}
 	args := []string{"node", "--home", home, "--listen", r.listenAddr(h.Index), "--threads", strconv.Itoa(g.Cores),
