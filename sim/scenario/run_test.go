@@ -315,3 +315,31 @@ func TestThroughputSeries(t *testing.T) {
 		t.Fatalf("%+v", ss)
 	}
 }
+
+// TestRunBound stops a run at bounds.max_duration: the results so far
+// come back with an error that says why, and the nodes are stopped.
+func TestRunBound(t *testing.T) {
+	s, err := Parse([]byte(`
+name: bounded
+nodes: [{name: a, layers: "0:6"}]
+clients: [{name: c, requests: 100000, prompt_ids: [1], tokens: 200, ignore_eos: true}]
+bounds: {max_duration: 12s}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	res, err := Run(t.Context(), s, testEnv(t, &loopback{}))
+	if !errors.Is(err, ErrRun) || !strings.Contains(err.Error(), "bounds.max_duration 12s reached") {
+		t.Fatalf("error %v", err)
+	}
+	if wall := time.Since(start); wall > 40*time.Second {
+		t.Errorf("the run took %v past a 12 s bound", wall)
+	}
+	if res == nil || len(res.Requests) == 0 || res.Tokens == 0 || !slices.ContainsFunc(res.Errors, func(e string) bool { return strings.Contains(e, "max_duration") }) {
+		t.Fatalf("results %+v", res)
+	}
+	if n := res.Nodes[0]; !strings.HasPrefix(n.Exit, "stop") {
+		t.Errorf("node %+v", n)
+	}
+}
