@@ -7,12 +7,14 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
 
 	"github.com/pipeshard/pipeshard/internal/generate"
 	"github.com/pipeshard/pipeshard/internal/models"
+	"github.com/pipeshard/pipeshard/internal/spec"
 	"github.com/pipeshard/pipeshard/ovrt"
 	"github.com/pipeshard/pipeshard/ovrt/sample"
 	"github.com/pipeshard/pipeshard/ovrt/tokenizer"
@@ -54,6 +56,10 @@ func genFlags(fs *flag.FlagSet) {
 	fs.String("quant", "f32", "weight type to run: f32, q8 or q4")
 	fs.Bool("json", false, "print one JSON object instead of streaming text")
 	fs.String("logits-out", "", "write the logits of every prompt position to FILE (float32 LE, [prompt, vocab])")
+	fs.String("speculate", "none", "speculative decoding: none, ngram (drafts looked up in the context) or draft (drafts from --draft-model)")
+	fs.String("draft-model", "", "the draft model of --speculate draft, run here: a file, a known name or a model CID; same vocabulary as the model")
+	fs.String("draft-quant", "", "weight type of the draft model: f32, q8 or q4 (default: --quant)")
+	fs.String("spec-k", "auto", "drafts verified per traversal: auto or 1 to 64")
 }
 
 // genRequest is what the generation flags ask for.
@@ -64,12 +70,84 @@ type genRequest struct {
 	sampling  sample.Params
 	json      bool
 	logitsOut string
+
+	// Speculative decoding: "none", "ngram" or "draft".
+	speculate  string
+	draftModel string
+	draftQuant ovrt.DType
+	specK      int // 0: auto
+	threads    int
+	vocab      int
+}
+
+// draftLogits reports whether verifying needs the target's logits: a draft
+// model's own distributions, when sampling (a session must ask for them).
+func (g *genRequest) draftLogits() bool {
+	return g.speculate == "draft" && !g.sampling.Greedy()
+}
+
+// parseSpec reads the speculative decoding flags.
+func (g *genRequest) parseSpec(fs *flag.FlagSet) error {
+	g.speculate, g.draftModel = strings.ToLower(flagString(fs, "speculate")), flagString(fs, "draft-model")
+	if g.draftModel != "" && (g.speculate == "none" || g.speculate == "") {
+		g.speculate = "draft"
+	}
+	switch g.speculate {
+	case "", "none":
+		g.speculate = "none"
+	case "ngram":
+	case "draft":
+		if g.draftModel == "" {
+			return usagef("--speculate draft needs --draft-model")
+		}
+	default:
+		return usagef("--speculate %q: want none, ngram or draft", g.speculate)
+	}
+	k, err := spec.ParseK(flagString(fs, "spec-k"))
+	if err != nil {
+		return usagef("--spec-k: %v", err)
+	}
+	g.specK = k
+	q := flagString(fs, "draft-quant")
+	if q == "" {
+		q = flagString(fs, "quant")
+	}
+	if g.draftQuant, err = ovrt.ParseDType(q); err != nil {
+		return usagef("--draft-quant: %v", err)
+	}
+	g.threads = flagInt(fs, "threads")
+	return nil
+}
+
+// drafter loads what --speculate asks for; close releases it.
+func (g *genRequest) drafter(ctx context.Context, env *Env) (d spec.Drafter, close func(), err error) {
+	switch g.speculate {
+	case "ngram":
+		return spec.NGram{}, func() {}, nil
+	case "draft":
+		lm, err := openModel(ctx, env, g.draftModel, g.draftQuant, g.threads)
+		if err != nil {
+			return nil, nil, fmt.Errorf("draft model: %w", err)
+		}
+		if len(lm.models) != 1 || lm.cfg.Vocab != g.vocab {
+			lm.Close()
+			return nil, nil, fmt.Errorf("%w: %s has a vocabulary of %d, the model %d", spec.ErrDraftModel, g.draftModel, lm.cfg.Vocab, g.vocab)
+		}
+		r := rand.New(rand.NewPCG(g.sampling.Seed, 0x6a09e667f3bcc909))
+		dm, err := spec.NewDraftModel(lm.models[0], spec.ModelOptions{Sampling: g.sampling, Uniform: r.Float64})
+		if err != nil {
+			lm.Close()
+			return nil, nil, err
+		}
+		return dm, lm.Close, nil
+	}
+	return nil, func() {}, nil
 }
 
 // parseGen reads the generation flags. vocab and bos/eos describe the
 // model; tokenizerPath may be "" when none is known.
 func parseGen(fs *flag.FlagSet, cfg ovrt.Config, tokenizerPath string, tok *tokenizer.Tokenizer) (*genRequest, error) {
-	g := &genRequest{json: flagBool(fs, "json"), logitsOut: flagString(fs, "logits-out"), tok: tok}
+	g := &genRequest{json: flagBool(fs, "json"), logitsOut: flagString(fs, "logits-out"), tok: tok, vocab: cfg.Vocab}
 	if p := flagString(fs, "tokenizer"); p != "" {
 		tokenizerPath = p
 	}
@@ -123,6 +201,9 @@ func parseGen(fs *flag.FlagSet, cfg ovrt.Config, tokenizerPath string, tok *toke
 	if err := g.sampling.Validate(); err != nil {
 		return nil, usagef("%v", err)
 	}
+	if err := g.parseSpec(fs); err != nil {
+		return nil, err
+	}
 	return g, nil
 }
 
@@ -173,6 +254,11 @@ func runLocal(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 
 // run generates and prints; extra adds fields to the JSON output.
 func (g *genRequest) run(ctx context.Context, env *Env, fwd generate.Backend, extra map[string]any) error {
+	d, closeDraft, err := g.drafter(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer closeDraft()
 	var logitsFile *os.File
 	if g.logitsOut != "" {
 		f, err := os.Create(g.logitsOut)
@@ -216,7 +302,12 @@ func (g *genRequest) run(ctx context.Context, env *Env, fwd generate.Backend, ex
 			fmt.Fprint(env.Stdout, s)
 		}
 	}
-	res, err := generate.Run(ctx, fwd, g.promptIDs, g.opts)
+	var res generate.Result
+	if g.speculate == "none" {
+		res, err = generate.Run(ctx, fwd, g.promptIDs, g.opts)
+	} else {
+		res, err = generate.RunSpeculative(ctx, fwd, d, g.promptIDs, g.opts, generate.SpecOptions{K: g.specK, Sampling: g.sampling})
+	}
 	if dec != nil {
 		s := dec.Flush()
 		text.WriteString(s)
@@ -239,6 +330,10 @@ func (g *genRequest) run(ctx context.Context, env *Env, fwd generate.Backend, ex
 		fmt.Fprintln(env.Stdout)
 		fmt.Fprintf(env.Stderr, "%d prompt tokens at %.1f tok/s, %d generated at %.1f tok/s (%s)\n",
 			len(g.promptIDs), res.PrefillRate(len(g.promptIDs)), len(res.IDs), res.DecodeRate(), res.Stopped)
+		if g.speculate != "none" {
+			fmt.Fprintf(env.Stderr, "speculative (%s): %d of %d drafts accepted (%.0f%%), %.2f tokens per traversal, %d traversals\n",
+				g.speculate, res.Accepted, res.Drafted, 100*res.AcceptanceRate(), res.TokensPerTraversal(), res.Traversals)
+		}
 		return nil
 	}
 	out := map[string]any{
@@ -248,6 +343,22 @@ func (g *genRequest) run(ctx context.Context, env *Env, fwd generate.Backend, ex
 		"prefill_tokens_per_s": res.PrefillRate(len(g.promptIDs)),
 		"decode_tokens_per_s":  res.DecodeRate(),
 		"stopped":              res.Stopped,
+		"traversals":           res.Traversals,
+	}
+	if g.speculate != "none" {
+		k := any(g.specK)
+		if g.specK == 0 {
+			k = "auto"
+		}
+		out["speculative"] = map[string]any{
+			"mode":                 g.speculate,
+			"k":                    k,
+			"drafted":              res.Drafted,
+			"accepted":             res.Accepted,
+			"acceptance_rate":      res.AcceptanceRate(),
+			"tokens_per_traversal": res.TokensPerTraversal(),
+			"draft_ms":             float64(res.DraftTime.Microseconds()) / 1e3,
+		}
 	}
 	for k, v := range extra {
 		if f, ok := v.(jsonFunc); ok {

@@ -104,7 +104,7 @@ func swarmGenerate(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 		return err
 	}
 	s, err := c.Open(ctx, hops, swarm.SessionOptions{ModelID: m.ModelID, Sampling: g.sampling, Vocab: m.Config.Vocab,
-		Logits: g.logitsOut != "", F16: flagBool(fs, "f16"), MaxLen: m.Config.Context})
+		Logits: g.logitsOut != "" || g.draftLogits(), F16: flagBool(fs, "f16"), MaxLen: m.Config.Context})
 	if err != nil {
 		return err
 	}
