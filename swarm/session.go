@@ -88,11 +88,22 @@ func (r *results) remove(id wire.SessionID) {
 }
 
 // Session is one sequence open along a route. It implements
-// generate.Backend. It is not safe for concurrent use.
+// generate.Backend. One goroutine at a time may call Step; Close may be
+// called from any goroutine, also during a Step. Many Sessions of one
+// Client may run at once (the stages batch them).
+//
+// A Session honours hop 0's credit: it sends a Forward only while hop 0
+// has granted room for one (a Credit message after Opened, then one
+// back per forward that has run), so it never has more than hop 0's
+// credit of forwards queued there, even when Steps are abandoned.
+//
+// Goroutines: one reader of hop 0's stream (errors and credits), which
+// ends when the stream does or the Session is closed.
 type Session struct {
 	ID      wire.SessionID
 	Route   []Hop
 	stream  network.Stream
+	wmu     sync.Mutex        // serializes writes to stream
 	in      chan wire.Message // results and errors from the last hop
 	up      chan wire.Message // errors from the first hop's stream
 	res     *results
@@ -101,6 +112,12 @@ type Session struct {
 	timeout time.Duration
 	vocab   int
 	smp     *sample.Sampler
+
+	mu       sync.Mutex // guards credit
+	credit   int        // forwards hop 0 will take now
+	credited chan struct{}
+	done     chan struct{} // closed by Close
+	close    sync.Once
 
 	// Trace of the last step, per hop.
 	Trace []wire.Timing
@@ -127,7 +144,8 @@ func openSession(ctx context.Context, h host.Host, res *results, route []Hop, o 
 	if o.Timeout == 0 {
 		o.Timeout = 60 * time.Second
 	}
-	s := &Session{Route: route, res: res, timeout: o.Timeout, vocab: o.Vocab, up: make(chan wire.Message, 4)}
+	s := &Session{Route: route, res: res, timeout: o.Timeout, vocab: o.Vocab, up: make(chan wire.Message, 4),
+		credited: make(chan struct{}, 1), done: make(chan struct{})}
 	rand.Read(s.ID[:])
 	open := &wire.Open{Session: s.ID, ModelID: o.ModelID, Client: []byte(h.ID()), DType: wire.F32, Output: wire.OutArgmax, MaxLen: uint32(o.MaxLen)}
 	if o.F16 {
@@ -187,52 +205,121 @@ func openSession(ctx context.Context, h host.Host, res *results, route []Hop, o 
 		s.Close()
 		return nil, fmt.Errorf("%w: open answered with %v", ErrSession, m.Type())
 	}
-	go func() {
-		for {
-			m, err := r.Read()
-			if err != nil {
-				if !errors.Is(err, io.EOF) {
-					s.up <- &wire.Error{Session: s.ID, Code: wire.CodeOf(wire.ErrNextHop), Msg: "stream to hop 0: " + err.Error()}
-				} else {
-					s.up <- &wire.Error{Session: s.ID, Code: wire.CodeOf(wire.ErrClosed), Msg: "hop 0 closed the session"}
-				}
-				close(s.up)
-				return
-			}
-			if e, ok := m.(*wire.Error); ok {
-				s.up <- e
-			}
-		}
-	}()
+	go s.readHop0(r)
 	return s, nil
 }
 
-// Step implements generate.Backend.
+// readHop0 reads what hop 0 sends on the session's stream after Opened:
+// credits, and errors for Step to return.
+func (s *Session) readHop0(r *wire.Reader) {
+	report := func(e *wire.Error) bool {
+		select {
+		case s.up <- e:
+			return true
+		case <-s.done:
+			return false
+		}
+	}
+	for {
+		m, err := r.Read()
+		if err != nil {
+			e := &wire.Error{Session: s.ID, Code: wire.CodeOf(wire.ErrClosed), Msg: "hop 0 closed the session"}
+			if !errors.Is(err, io.EOF) {
+				e = &wire.Error{Session: s.ID, Code: wire.CodeOf(wire.ErrNextHop), Msg: "stream to hop 0: " + err.Error()}
+			}
+			if report(e) {
+				close(s.up)
+			}
+			return
+		}
+		switch m := m.(type) {
+		case *wire.Error:
+			if !report(m) {
+				return
+			}
+		case *wire.Credit:
+			if m.Session != s.ID {
+				continue
+			}
+			s.mu.Lock()
+			s.credit = min(s.credit+int(m.N), maxCredit)
+			s.mu.Unlock()
+			select {
+			case s.credited <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// maxCredit bounds the credit a Session keeps, whatever hop 0 grants.
+const maxCredit = 1 << 20
+
+// takeCredit spends one forward of hop 0's credit, if any.
+func (s *Session) takeCredit() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.credit <= 0 {
+		return false
+	}
+	s.credit--
+	return true
+}
+
+// Credit returns how many more forwards hop 0 will take now.
+func (s *Session) Credit() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.credit
+}
+
+// upError is what Step returns for a message from hop 0's stream.
+func upError(m wire.Message, ok bool) error {
+	if !ok {
+		return fmt.Errorf("%w: hop 0 stream closed", ErrSession)
+	}
+	return fmt.Errorf("%w: %w", ErrSession, m.(*wire.Error))
+}
+
+// Step implements generate.Backend. It waits for hop 0's credit, sends
+// the forward and waits for its result, all within the session's
+// timeout.
 func (s *Session) Step(ctx context.Context, st generate.Step) (generate.StepResult, error) {
+	t0 := time.Now()
+	timer := time.NewTimer(s.timeout)
+	defer timer.Stop()
+	for !s.takeCredit() {
+		select {
+		case <-ctx.Done():
+			return generate.StepResult{}, ctx.Err()
+		case <-timer.C:
+			return generate.StepResult{}, fmt.Errorf("%w: no credit from hop 0 within %v", ErrSession, s.timeout)
+		case <-s.done:
+			return generate.StepResult{}, fmt.Errorf("%w: closed", ErrSession)
+		case m, ok := <-s.up:
+			return generate.StepResult{}, upError(m, ok)
+		case <-s.credited:
+		}
+	}
 	s.seq++
 	f := &wire.Forward{Session: s.ID, Seq: s.seq, Pos: uint32(st.Pos), All: st.All}
 	f.SetTokens(st.IDs)
 	if s.output == wire.OutSample {
 		f.Uniform = st.Uniform
 	}
-	t0 := time.Now()
-	s.stream.SetWriteDeadline(t0.Add(s.timeout))
-	if err := wire.Write(s.stream, f); err != nil {
+	if err := s.write(f); err != nil {
 		return generate.StepResult{}, fmt.Errorf("%w: send to hop 0: %w", ErrSession, err)
 	}
-	timer := time.NewTimer(s.timeout)
-	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return generate.StepResult{}, ctx.Err()
 		case <-timer.C:
 			return generate.StepResult{}, fmt.Errorf("%w: no result for step %d within %v", ErrSession, s.seq, s.timeout)
+		case <-s.done:
+			return generate.StepResult{}, fmt.Errorf("%w: closed", ErrSession)
 		case m, ok := <-s.up:
-			if !ok {
-				return generate.StepResult{}, fmt.Errorf("%w: hop 0 stream closed", ErrSession)
-			}
-			return generate.StepResult{}, fmt.Errorf("%w: %w", ErrSession, m.(*wire.Error))
+			return generate.StepResult{}, upError(m, ok)
 		case m := <-s.in:
 			switch m := m.(type) {
 			case *wire.Error:
@@ -281,12 +368,25 @@ func (s *Session) decode(m *wire.Result, st generate.Step) (generate.StepResult,
 	return out, nil
 }
 
-// Close ends the session on every hop.
+// write sends m to hop 0 within the session's timeout.
+func (s *Session) write(m wire.Message) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.stream.SetWriteDeadline(time.Now().Add(s.timeout))
+	return wire.Write(s.stream, m)
+}
+
+// Close ends the session on every hop. Later calls do nothing.
 func (s *Session) Close() error {
-	s.res.remove(s.ID)
-	if s.stream == nil {
-		return nil
-	}
-	wire.Write(s.stream, &wire.Close{Session: s.ID})
-	return s.stream.Close()
+	var err error
+	s.close.Do(func() {
+		close(s.done)
+		s.res.remove(s.ID)
+		if s.stream == nil {
+			return
+		}
+		s.write(&wire.Close{Session: s.ID})
+		err = s.stream.Close()
+	})
+	return err
 }
