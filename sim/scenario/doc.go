@@ -87,9 +87,10 @@
 //
 //	sc, err := scenario.Load("sim/scenarios/four-node-50ms.yaml")
 //	err = sc.Validate()
-//	net, err := netem.Start(ctx, ...sc.NetSpec("auto", log)...)  // any Network
+//	spec := sc.NetSpec("auto", log) // hosts, Link(from, to), seed, bounds
+//	var net scenario.Network = ...  // an emulator built from spec (sim/netem)
 //	res, err := scenario.Run(ctx, sc, scenario.Env{Net: net, WorkDir: "out/work"})
-//	err = res.WriteDir("out")   // results.json, throughput.svg, inflight.svg
+//	err = res.WriteDir("out")       // results.json, throughput.svg, inflight.svg
 //
 // Run:
 //
