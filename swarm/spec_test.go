@@ -1,0 +1,102 @@
+package swarm_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/pipeshard/pipeshard/internal/generate"
+	"github.com/pipeshard/pipeshard/internal/spec"
+	"github.com/pipeshard/pipeshard/ovrt"
+	"github.com/pipeshard/pipeshard/ovrt/sample"
+	"github.com/pipeshard/pipeshard/swarm"
+)
+
+// TestSpeculativeOverRoute: speculative decoding through a real 2-stage
+// route on loopback gives the tokens of plain local decoding, greedy for
+// K = 1, 3, 8 and auto with the n-gram drafter and a draft model (the
+// model itself in q4), and sampled with point-mass drafts (the last hop
+// samples every row with the client's numbers). A 1-stage route opened
+// for logits verifies a sampling draft model's distributions on the
+// client.
+func TestSpeculativeOverRoute(t *testing.T) {
+	f := getFixture(t)
+	nodes := startNodes(t, f, f.layouts[2])
+	c, err := swarm.New(context.Background(), swarm.Config{Home: t.TempDir(), Bootstrap: nodes[0].Addrs(), Listen: []string{"/ip4/127.0.0.1/tcp/0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	q4, err := f.whole.Weights().Quantize(ovrt.Q4_0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	draft, err := ovrt.Compile(q4, ovrt.WithThreads(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer draft.Close()
+	// A prompt that repeats itself, so that the n-gram drafter has work.
+	prompt := []int{1, 450, 8338, 265, 263, 2217, 29889, 450, 8338}
+	const n = 24
+	open := func(t *testing.T, p sample.Params, logits bool, route []swarm.Hop) *swarm.Session {
+		s, err := c.Open(context.Background(), route, swarm.SessionOptions{ModelID: f.manifest.ModelID, Sampling: p, Vocab: 32000, Timeout: 20 * time.Second, MaxLen: 256, Logits: logits})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	for _, p := range []sample.Params{{}, {Temp: 0.9, TopP: 0.9, Seed: 11}} {
+		want := localIDs(t, f, prompt, n, p)
+		drafters := map[string]func() spec.Drafter{
+			"ngram": func() spec.Drafter { return spec.NGram{} },
+			"draft-q4-argmax": func() spec.Drafter {
+				d, err := spec.NewDraftModel(draft, spec.ModelOptions{Sampling: p, PointMass: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return d
+			},
+		}
+		for _, name := range []string{"ngram", "draft-q4-argmax"} {
+			for _, k := range []int{1, 3, 8, 0} {
+				if !p.Greedy() && k != 3 && k != 0 {
+					continue
+				}
+				t.Run(fmt.Sprintf("temp=%v/%s/K=%d", p.Temp, name, k), func(t *testing.T) {
+					s := open(t, p, false, routeOf(f.layouts[2], nodes))
+					r, err := generate.RunSpeculative(context.Background(), s, drafters[name](), prompt,
+						generate.Options{MaxTokens: n, IgnoreEOS: true, Seed: p.Seed, Context: 256}, generate.SpecOptions{K: k, Sampling: p})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !slices.Equal(r.IDs, want) {
+						t.Fatalf("speculative through the route\n%v\nlocal\n%v", r.IDs, want)
+					}
+					t.Logf("%d tokens in %d traversals, %d of %d drafts accepted", len(r.IDs), r.Traversals, r.Accepted, r.Drafted)
+				})
+			}
+		}
+	}
+	t.Run("sampled draft distributions over logits", func(t *testing.T) {
+		p := sample.Params{Temp: 1, TopK: 8, Seed: 4}
+		// A head split between hops cannot return logits: one stage.
+		s := open(t, p, true, routeOf(f.layouts[1], startNodes(t, f, f.layouts[1])))
+		d, err := spec.NewDraftModel(draft, spec.ModelOptions{Sampling: p, Uniform: rand.New(rand.NewPCG(4, 4)).Float64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := generate.RunSpeculative(context.Background(), s, d, prompt, generate.Options{MaxTokens: n, IgnoreEOS: true, Seed: p.Seed, Context: 256}, generate.SpecOptions{K: 4, Sampling: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.IDs) != n || r.Accepted == 0 {
+			t.Fatalf("%d tokens, %d of %d drafts accepted", len(r.IDs), r.Accepted, r.Drafted)
+		}
+		t.Logf("%d tokens in %d traversals, %d of %d drafts accepted", len(r.IDs), r.Traversals, r.Accepted, r.Drafted)
+	})
+}
