@@ -2,8 +2,12 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"strings"
+	"sync"
 
 	"path/filepath"
 	"text/tabwriter"
@@ -42,6 +46,7 @@ as run; --json adds the route and per-hop timings.`,
 					genFlags(fs)
 					client(fs)
 					fs.Bool("f16", false, "send hidden states as fp16 (half the bytes; may change rare tokens)")
+					fs.Int("batch", 1, "run N sequences of the prompt at once on the route, one session each (the stages batch them); sequence i samples with --seed + i")
 				},
 				Run: swarmGenerate,
 			},
@@ -99,12 +104,28 @@ func swarmGenerate(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 	if err != nil {
 		return err
 	}
+	batch := 1
+	if fs.Lookup("batch") != nil { // demo calls this without --batch
+		batch = flagInt(fs, "batch")
+	}
+	switch {
+	case batch < 1:
+		return usagef("--batch %d: want at least 1", batch)
+	case batch > 1 && g.logitsOut != "":
+		return usagef("--logits-out takes one sequence, not --batch %d", batch)
+	case batch > 1 && g.speculate != "none":
+		return usagef("--speculate takes one sequence, not --batch %d", batch)
+	}
 	hops, plan, _, err := c.FindRoute(fctx, m, nil)
 	if err != nil {
 		return err
 	}
-	s, err := c.Open(ctx, hops, swarm.SessionOptions{ModelID: m.ModelID, Sampling: g.sampling, Vocab: m.Config.Vocab,
-		Logits: g.logitsOut != "" || g.draftLogits(), F16: flagBool(fs, "f16"), MaxLen: m.Config.Context})
+	sopts := swarm.SessionOptions{ModelID: m.ModelID, Sampling: g.sampling, Vocab: m.Config.Vocab,
+		Logits: g.logitsOut != "" || g.draftLogits(), F16: flagBool(fs, "f16"), MaxLen: m.Config.Context}
+	if batch > 1 {
+		return swarmBatch(ctx, env, c, hops, sopts, g, batch, map[string]any{"route": routeJSON(hops), "expected_ms_per_token": plan.ExpectedMicros / 1e3})
+	}
+	s, err := c.Open(ctx, hops, sopts)
 	if err != nil {
 		return err
 	}
@@ -115,6 +136,107 @@ func swarmGenerate(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 		printRoute(env, hops, tb)
 	}
 	return err
+}
+
+// swarmBatch runs n sequences of g's prompt at once on hops, one session
+// each (the stages batch their forwards); sequence i samples with seed +
+// i. It prints each sequence, or with --json one object with every
+// sequence's result and the aggregate tokens/s.
+func swarmBatch(ctx context.Context, env *Env, c *swarm.Client, hops []swarm.Hop, o swarm.SessionOptions, g *genRequest, n int, extra map[string]any) error {
+	type seqResult struct {
+		seed uint64
+		res  generate.Result
+		text string
+		err  error
+	}
+	sessions := make([]*swarm.Session, n)
+	for i := range sessions {
+		so := o
+		so.Sampling.Seed = g.sampling.Seed + uint64(i)
+		s, err := c.Open(ctx, hops, so)
+		if err != nil {
+			for _, s := range sessions[:i] {
+				s.Close()
+			}
+			return fmt.Errorf("session %d of %d: %w", i, n, err)
+		}
+		defer s.Close()
+		sessions[i] = s
+	}
+	out := make([]seqResult, n)
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for i, s := range sessions {
+		wg.Go(func() {
+			r := &out[i]
+			r.seed = g.sampling.Seed + uint64(i)
+			opts := g.opts
+			opts.Seed, opts.OnToken, opts.OnPromptLogits = r.seed, nil, nil
+			r.res, r.err = generate.Run(ctx, s, g.promptIDs, opts)
+			if g.tok != nil {
+				dec := g.tok.NewDecoder()
+				for _, id := range g.promptIDs {
+					dec.Next(id)
+				}
+				var text strings.Builder
+				for _, id := range r.res.IDs {
+					text.WriteString(dec.Next(id))
+				}
+				text.WriteString(dec.Flush())
+				r.text = text.String()
+			}
+		})
+	}
+	wg.Wait()
+	wall := time.Since(t0)
+	total := 0
+	var errs []error
+	for i, r := range out {
+		total += len(r.res.IDs)
+		if r.err != nil {
+			errs = append(errs, fmt.Errorf("sequence %d: %w", i, r.err))
+		}
+	}
+	rate := 0.0
+	if wall > 0 {
+		rate = float64(total) / wall.Seconds()
+	}
+	if !g.json {
+		prompt := ""
+		if g.tok != nil {
+			dec := g.tok.NewDecoder()
+			for _, id := range g.promptIDs {
+				prompt += dec.Next(id)
+			}
+		}
+		for i, r := range out {
+			if g.tok == nil {
+				fmt.Fprintf(env.Stdout, "[%d] %v\n", i, r.res.IDs)
+				continue
+			}
+			fmt.Fprintf(env.Stdout, "[%d] %s%s\n", i, prompt, r.text)
+		}
+		fmt.Fprintf(env.Stderr, "%d sequences, %d tokens in %.2f s: %.1f tok/s together\n", n, total, wall.Seconds(), rate)
+		return errors.Join(errs...)
+	}
+	var seqs []map[string]any
+	for i, r := range out {
+		e := map[string]any{"seq": i, "seed": r.seed, "ids": nonNil(r.res.IDs), "text": r.text, "stopped": r.res.Stopped,
+			"prefill_tokens_per_s": r.res.PrefillRate(len(g.promptIDs)), "decode_tokens_per_s": r.res.DecodeRate()}
+		if r.err != nil {
+			e["error"] = r.err.Error()
+		}
+		seqs = append(seqs, e)
+	}
+	res := map[string]any{"prompt_ids": g.promptIDs, "sequences": seqs, "tokens": total,
+		"wall_s": wall.Seconds(), "aggregate_tokens_per_s": rate}
+	for k, v := range extra {
+		res[k] = v
+	}
+	if err := json.NewEncoder(env.Stdout).Encode(res); err != nil {
+		return err
+	}
+	return errors.Join(errs...)
 }
 
 // timedBackend keeps per-hop timings over a generation.
