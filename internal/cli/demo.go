@@ -43,6 +43,7 @@ story. Prints the route and per-hop times.`,
 			fs.Duration("timeout", 2*time.Minute, "how long to wait for the swarm")
 			fs.String("log-level", "warn", "debug, info, warn or error")
 			fs.Bool("f16", false, "send hidden states as fp16")
+			privateFlags(fs)
 			fs.Lookup("prompt").DefValue = "Once upon a time"
 			fs.Set("prompt", "Once upon a time")
 			fs.Set("n", "200")
@@ -95,6 +96,11 @@ func runDemo(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 			home = filepath.Join(dir, fmt.Sprintf("node%d", i))
 		}
 		args := []string{"node", "--home", home, "--shard", shard, "--listen", "/ip4/127.0.0.1/tcp/0", "--json", "--log-level", "warn", "--threads", "1"}
+		for _, f := range []string{"swarm-key", "allow"} { // a private demo swarm
+			if v := flagString(fs, f); v != "" {
+				args = append(args, "--"+f, v)
+			}
+		}
 		if i > 0 {
 			args = append(args, "--bootstrap", strings.Join(boot, ","))
 		}

@@ -34,6 +34,7 @@ every block checked. On start it prints its peer ID and full addresses
 			"pipeshard node --shard bafy... --listen /ip4/0.0.0.0/tcp/4001,/ip4/0.0.0.0/udp/4001/quic-v1",
 			"pipeshard node --home ~/.pipeshard-2 --shard bafy... --bootstrap /ip4/192.0.2.7/tcp/4001/p2p/12D3KooW...",
 			"pipeshard node --model bafk... --layers auto --max-memory 6GiB --bootstrap /ip4/192.0.2.7/tcp/4001/p2p/12D3KooW...",
+			"pipeshard node --shard bafy... --swarm-key swarm.key --allow peers.txt --listen /ip4/0.0.0.0/tcp/4001",
 		},
 		Flags: func(fs *flag.FlagSet) {
 			fs.String("home", models.Home(), "node home: identity key and block store")
@@ -49,6 +50,10 @@ every block checked. On start it prints its peer ID and full addresses
 			fs.String("log-level", "info", "debug, info, warn or error")
 			fs.Duration("drain-timeout", 10*time.Second, "on SIGTERM or Ctrl-C: how long to let sessions finish before handing them over")
 			fs.Bool("idle-only", false, "host only while the machine is idle: drain when other processes load it or it runs on battery, serve again when idle")
+			privateFlags(fs)
+			fs.Int("peer-max-sessions", 0, "sessions one peer (client) may hold here (0: 16; -1: no limit)")
+			fs.String("peer-max-kv", "", "KV cache one peer's sessions may grow to, each counted at its full context, e.g. 512MiB (default: no limit)")
+			fs.Float64("peer-rate", 0, "requests (opens and forwards) a second one peer may send (0: no limit)")
 		},
 		Run: runNode,
 	})
@@ -81,7 +86,19 @@ func runNode(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 	if err != nil {
 		return usagef("--max-memory: %v", err)
 	}
+	peerKV, err := parseBytes(flagString(fs, "peer-max-kv"))
+	if err != nil {
+		return usagef("--peer-max-kv: %v", err)
+	}
+	priv, err := readPrivacy(fs)
+	if err != nil {
+		return err
+	}
 	cfg := node.Config{
+		SwarmKey: priv.key,
+		Allow:    priv.allow,
+		Stage: node.StageOptions{MaxSessionsPerPeer: flagInt(fs, "peer-max-sessions"), MaxKVBytesPerPeer: peerKV,
+			RatePerPeer: flagFloat(fs, "peer-rate")},
 		Home:      flagString(fs, "home"),
 		Shard:     flagString(fs, "shard"),
 		Model:     flagString(fs, "model"),

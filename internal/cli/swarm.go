@@ -18,6 +18,7 @@ import (
 	"github.com/pipeshard/pipeshard/internal/generate"
 	"github.com/pipeshard/pipeshard/internal/models"
 	"github.com/pipeshard/pipeshard/internal/status"
+	"github.com/pipeshard/pipeshard/node"
 	"github.com/pipeshard/pipeshard/swarm"
 )
 
@@ -28,11 +29,13 @@ func init() {
 		fs.String("listen", "", "comma-separated multiaddrs for results to arrive on (default: any port)")
 		fs.Duration("timeout", 60*time.Second, "how long to look for a route")
 		fs.String("log-level", "warn", "debug, info, warn or error")
+		privateFlags(fs)
+		identityFlag(fs)
 	}
 	register(&Command{
 		Name:  "swarm",
 		Short: "use a swarm: generate through it, list its nodes, show a route",
-		Usage: "generate|ls|route --bootstrap MA --model CID ...",
+		Usage: "generate|ls|route --bootstrap MA --model CID ... | keygen | id",
 		Sub: []*Command{
 			{
 				Name: "generate", Short: "generate text through the swarm",
@@ -62,6 +65,32 @@ as run; --json adds the route and per-hop timings.`,
 				Flags: func(fs *flag.FlagSet) { client(fs); fs.String("model", "", "model CID") },
 				Run:   swarmRoute,
 			},
+			{
+				Name: "keygen", Short: "print a new swarm key for a private swarm",
+				Usage: "> swarm.key",
+				Long: `Prints a fresh random swarm key in the format ipfs uses
+(/key/swarm/psk/1.0.0/, /base16/, 64 hex digits). Give the file to every
+node and client of the private swarm with --swarm-key; peers without it
+cannot connect. A private swarm runs over TCP only (libp2p's QUIC cannot
+use a pre-shared key). Keep the file secret (mode 0600).`,
+				Examples: []string{"pipeshard swarm keygen > swarm.key && chmod 600 swarm.key"},
+				Run:      swarmKeygen,
+			},
+			{
+				Name: "id", Short: "print the peer ID of a home's identity (for --allow lists)",
+				Usage: "[HOME...] [--home DIR | --identity FILE]",
+				Long: `Prints the peer ID of the identity key of each HOME given (HOME/identity.key,
+made if missing), one a line; without any, of --home's or --identity's. A
+node's home gives the node's ID; the client's home (the default) gives the
+ID a client uses in a private swarm. Put these IDs in the --allow lists of
+the swarm's nodes.`,
+				Examples: []string{"pipeshard swarm id", "pipeshard swarm id ~/.cache/pipeshard ~/node2 ~/.cache/pipeshard/client > peers.txt"},
+				Flags: func(fs *flag.FlagSet) {
+					fs.String("home", filepath.Join(models.Home(), "client"), "home whose identity.key to read")
+					fs.String("identity", "", "identity key `FILE` (instead of --home)")
+				},
+				Run: swarmID,
+			},
 		},
 	})
 }
@@ -80,7 +109,21 @@ func connect(ctx context.Context, env *Env, fs *flag.FlagSet) (*swarm.Client, ci
 	if err != nil {
 		return nil, cid.Undef, usagef("--model must be a model CID: %v", err)
 	}
-	c, err := swarm.New(ctx, swarm.Config{Home: flagString(fs, "home"), Bootstrap: boot, Listen: splitList(flagString(fs, "listen")), Log: log})
+	priv, err := readPrivacy(fs)
+	if err != nil {
+		return nil, cid.Undef, err
+	}
+	if priv.key != nil {
+		if err := node.CheckPrivateAddrs(append(splitList(flagString(fs, "listen")), boot...)); err != nil {
+			return nil, cid.Undef, usagef("%v", err)
+		}
+	}
+	key, err := clientIdentity(fs, flagString(fs, "home"), priv)
+	if err != nil {
+		return nil, cid.Undef, err
+	}
+	c, err := swarm.New(ctx, swarm.Config{Home: flagString(fs, "home"), Bootstrap: boot, Listen: splitList(flagString(fs, "listen")), Log: log,
+		Key: key, SwarmKey: priv.key, Allow: priv.allow})
 	return c, mc, err
 }
 
