@@ -22,14 +22,16 @@ func init() {
 		Usage: "(--shard CID | --model CID --layers auto) [--bootstrap MA,...] [--home DIR] [--max-memory SIZE] [--json]",
 		Long: `Joins the pipeshard DHT through --bootstrap (the first node needs none),
 hosts one shard, announces it and its model, and serves the stage protocol
-until interrupted. On SIGTERM or Ctrl-C it drains: it stops taking sessions,
-announces that it is draining, lets its sessions finish for --drain-timeout,
-hands the rest over to other nodes (their clients move and replay), and
-exits; a second signal exits at once. With --idle-only it does the same
-whenever other processes keep more than half the CPUs busy for 10 s or the
-machine runs on battery, and serves again after 60 s of idleness. A shard missing from --home is fetched from peers by CID,
-every block checked. On start it prints its peer ID and full addresses
-(with --json: one object with peer_id and addrs) for others to bootstrap from.`,
+until interrupted. A shard missing from --home is fetched from peers by
+CID, every block checked. On start it prints its peer ID and full addresses
+(with --json: one object with peer_id and addrs) for others to bootstrap from.
+
+On SIGTERM or Ctrl-C it drains: it stops taking sessions, announces that it
+is draining, lets its sessions finish for --drain-timeout, hands the rest
+over to other nodes (their clients move and replay), and exits; a second
+signal exits at once. With --idle-only it does the same whenever other
+processes keep more than half the CPUs busy for 10 s or the machine runs on
+battery, and serves again after 60 s of idleness.`,
 		Examples: []string{
 			"pipeshard node --shard bafy... --listen /ip4/0.0.0.0/tcp/4001,/ip4/0.0.0.0/udp/4001/quic-v1",
 			"pipeshard node --home ~/.pipeshard-2 --shard bafy... --bootstrap /ip4/192.0.2.7/tcp/4001/p2p/12D3KooW...",
