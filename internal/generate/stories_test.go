@@ -41,7 +41,9 @@ func loadStories(t testing.TB) *stories {
 		if s.w, storyErr = checkpoint.LoadLlama2C(model, 0, 0); storyErr != nil {
 			return
 		}
-		if s.target, storyErr = ovrt.Compile(s.w); storyErr != nil {
+		// One thread: the machine is shared, and spinning workers suffer
+		// most from that (the tokens do not depend on it).
+		if s.target, storyErr = ovrt.Compile(s.w, ovrt.WithThreads(1)); storyErr != nil {
 			return
 		}
 		q, err := s.w.Quantize(ovrt.Q4_0)
@@ -49,7 +51,7 @@ func loadStories(t testing.TB) *stories {
 			storyErr = err
 			return
 		}
-		if s.draft, storyErr = ovrt.Compile(q); storyErr != nil {
+		if s.draft, storyErr = ovrt.Compile(q, ovrt.WithThreads(1)); storyErr != nil {
 			return
 		}
 		tk, err := tokenizer.LoadFor(tok, s.w.Config.Vocab)
