@@ -85,7 +85,7 @@ func RunSpeculative(ctx context.Context, b Backend, d spec.Drafter, prompt []int
 	}
 	accept := rand.New(rand.NewPCG(o.Seed^0x243f6a8885a308d3, o.Seed+0x13198a2e03707344))
 
-	seq := make([]int, len(prompt), len(prompt)+o.MaxTokens)
+	seq := make([]int, len(prompt), len(prompt)+min(o.MaxTokens, 4096))
 	copy(seq, prompt)
 	ids := make([]int32, len(prompt))
 	for i, id := range prompt {
