@@ -352,14 +352,17 @@ func (st *Stage) serve(ctx context.Context, s network.Stream) {
 		case *wire.Forward:
 			if m.Session != sess.id {
 				st.fail(up, m.Session, m.Seq, open.Hop, fmt.Errorf("%w: %s on the stream of %s", wire.ErrUnknownSession, m.Session, sess.id))
+				st.refund(sess)
 				continue
 			}
 			if err := st.rateLimit(open, s.Conn().RemotePeer()); err != nil {
 				st.fail(up, m.Session, m.Seq, open.Hop, err)
+				st.refund(sess)
 				continue
 			}
 			if err := st.check(m, open); err != nil {
 				st.fail(up, m.Session, m.Seq, open.Hop, err)
+				st.refund(sess)
 				continue
 			}
 			sess.mu.Lock()
@@ -416,6 +419,14 @@ func (st *Stage) enqueue(sess *session, f *wire.Forward) bool {
 	}
 	signal(st.kick)
 	return true
+}
+
+// refund gives back the credit of a forward that was read but refused.
+func (st *Stage) refund(sess *session) {
+	st.mu.Lock()
+	sess.owed++
+	st.mu.Unlock()
+	signal(sess.credit)
 }
 
 // payloadBytes is what a queued forward holds beyond its fixed fields: no

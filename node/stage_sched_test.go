@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -293,5 +294,51 @@ func TestFairClients(t *testing.T) {
 		da, db, st.Batches, float64(st.Forwards)/float64(st.Batches))
 	if lo, hi := min(da, db), max(da, db); float64(hi) > 1.2*float64(lo) {
 		t.Fatalf("client a got %d tokens, client b %d: more than 20%% apart", da, db)
+	}
+}
+
+// TestRefusedForwardsGiveCreditBack: a forward the stage refuses (here, a
+// position past the cache) does not cost the session its credit: after
+// more refusals than its credit, it still sends and is served.
+func TestRefusedForwardsGiveCreditBack(t *testing.T) {
+	const credit = 2
+	n, c, ref := stageNode(t, node.StageOptions{Credit: credit})
+	next := newNextHop(c)
+	h := openFrom(t, c, n, ref, c, 1)
+	h.s.SetReadDeadline(time.Now().Add(20 * time.Second))
+	have := 0
+	// expect reads until the stage has granted want credit in all and
+	// sent errs errors.
+	expect := func(want, errs int) {
+		t.Helper()
+		for have < want || errs > 0 {
+			m, err := h.r.Read()
+			if err != nil {
+				t.Fatalf("credit %d of %d, %d errors to come: %v", have, want, errs, err)
+			}
+			switch m := m.(type) {
+			case *wire.Credit:
+				have += int(m.N)
+			case *wire.Error:
+				if !errors.Is(m, wire.ErrPosition) {
+					t.Fatalf("error %v, want a position error", m)
+				}
+				errs--
+			}
+		}
+	}
+	expect(credit, 0)
+	for i := range 2 * credit {
+		h.send(tokenForward(1, i, 7, 1)) // position 7 of an empty cache
+		expect(credit+i+1, 1)
+	}
+	h.send(tokenForward(1, 9, 0, 3))
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if f, _ := next.count(1); f == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the good forward after the refused ones was not served")
+		}
 	}
 }
