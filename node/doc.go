@@ -23,5 +23,18 @@
 // them as one batched ovrt forward, and a janitor that closes idle
 // sessions and evicts the least recently used past the KV budget. Bad
 // input gets a typed error frame (and, for stream-level faults, the
-// stream closed) without disturbing other sessions.
+// stream closed) without disturbing other sessions. The executor is driven
+// by internal/sched, which forms fair batches across clients, holds a short
+// gathering window, and gives each session credits of queued forwards.
+//
+// A private swarm (Config.SwarmKey: libp2p pnet, TCP only) and an
+// allow-list of peer IDs (Config.Allow: a connection gater, checked again
+// when a session opens) keep strangers out; per-peer limits (sessions, KV
+// bytes, request rate) keep members in check (limits.go, docs/security.md).
+//
+// [Node.Drain] takes a node out of service without failing anyone: it
+// stops admitting sessions, announces it, lets open ones finish for a
+// while and hands the rest over (their clients fail over and replay).
+// [Node.ServeWhenIdle] drains while the machine's owner needs it
+// (internal/idle) and serves again when it is idle.
 package node
