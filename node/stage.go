@@ -52,6 +52,14 @@ type StageOptions struct {
 	// and every hop of its route; otherwise the Open is refused
 	// (ErrForbidden). A node sets it from its allow list.
 	Allowed func(peer.ID) bool
+
+	// Tamper is for tests only: a lying node. If set, it may change each
+	// row of the stage's output before it is emitted: a hidden state
+	// (dim floats) before the last stage, a row of the head's logits (of
+	// this stage's head rows) at the last stage. pos is the row's
+	// position in the sequence. Clients verify nodes (swarm.Verify);
+	// this is how their tests make a node lie.
+	Tamper func(pos int, out []float32)
 }
 
 func (o *StageOptions) defaults() {
@@ -859,6 +867,9 @@ func (st *Stage) emit(j *job, r ovrt.Result, t wire.Timing) error {
 	f := j.f
 	trace := append(slices.Clone(f.Trace), t)
 	rows := f.Rows()
+	if st.opts.Tamper != nil {
+		st.tamper(f, r)
+	}
 	if !st.last {
 		next := &wire.Forward{Session: f.Session, Seq: f.Seq, Pos: f.Pos, NTok: f.NTok, All: f.All,
 			Uniform: f.Uniform, Trace: trace}
@@ -944,6 +955,21 @@ func (st *Stage) emit(j *job, r ovrt.Result, t wire.Timing) error {
 		res.Logits = slices.Clone(r.Logits)
 	}
 	return j.s.down.send(res)
+}
+
+// tamper applies StageOptions.Tamper to every output row of r (tests).
+func (st *Stage) tamper(f *wire.Forward, r ovrt.Result) {
+	if !st.last {
+		dim := st.model.Config().Dim
+		for i := range int(f.NTok) {
+			st.opts.Tamper(int(f.Pos)+i, r.Hidden[i*dim:(i+1)*dim])
+		}
+		return
+	}
+	rows, width := f.Rows(), st.hi-st.lo
+	for row := range rows {
+		st.opts.Tamper(int(f.Pos)+int(f.NTok)-rows+row, r.Logits[row*width:(row+1)*width])
+	}
 }
 
 // partialK is how many candidates a head part passes on per row when
