@@ -27,7 +27,7 @@ type FailoverOptions struct {
 	// from the first discovery no longer make a route (default 60 s).
 	Rediscover time.Duration
 	Now        func() time.Time
-	Log        *slog.Logger
+	Log        *slog.Logger // default: the client's
 }
 
 func (o *FailoverOptions) defaults() {
@@ -89,6 +89,9 @@ type Resilient struct {
 // OpenResilient opens a session on hops (planned from provs, the
 // providers discovery found) that fails over as Resilient describes.
 func (c *Client) OpenResilient(ctx context.Context, m *shards.Manifest, provs []Provider, hops []Hop, o SessionOptions, fo FailoverOptions) (*Resilient, error) {
+	if fo.Log == nil {
+		fo.Log = c.log
+	}
 	fo.defaults()
 	r := &Resilient{c: c, m: m, opts: o, fo: fo, provs: provs, drop: map[string]bool{}}
 	s, err := c.Open(ctx, hops, o)

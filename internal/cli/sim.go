@@ -471,7 +471,7 @@ func oneRequest(ctx context.Context, c *swarm.Client, m *shards.Manifest, g *gen
 	rec := &scenario.ClientRecord{Event: "request", UnixNano: start.UnixNano(), Index: i, Slot: slot, PromptTokens: len(g.promptIDs), TokenMicros: []int64{}, IDs: []int{}}
 	defer func() { rec.EndMicros = us() }()
 	fctx, cancel := context.WithTimeout(ctx, timeout)
-	hops, plan, _, err := c.FindRoute(fctx, m, nil)
+	hops, plan, provs, err := c.FindRoute(fctx, m, nil)
 	cancel()
 	if err != nil {
 		rec.RouteMicros, rec.Error = us(), err.Error()
@@ -479,7 +479,7 @@ func oneRequest(ctx context.Context, c *swarm.Client, m *shards.Manifest, g *gen
 	}
 	sp := g.sampling
 	sp.Seed += uint64(i)
-	s, err := c.Open(ctx, hops, swarm.SessionOptions{ModelID: m.ModelID, Sampling: sp, Vocab: m.Config.Vocab, F16: f16, MaxLen: m.Config.Context})
+	s, err := c.OpenResilient(ctx, m, provs, hops, swarm.SessionOptions{ModelID: m.ModelID, Sampling: sp, Vocab: m.Config.Vocab, F16: f16, MaxLen: m.Config.Context}, swarm.FailoverOptions{})
 	rec.RouteMicros = us()
 	if err != nil {
 		rec.Error = err.Error()
@@ -487,7 +487,7 @@ func oneRequest(ctx context.Context, c *swarm.Client, m *shards.Manifest, g *gen
 	}
 	defer s.Close()
 	rec.ExpectedMs = plan.ExpectedMicros / 1e3
-	tb := &timedBackend{s: s, hops: len(hops)}
+	tb := newTimed(s, s.Session, len(hops))
 	opts := g.opts
 	opts.Seed = sp.Seed
 	opts.OnPromptLogits = nil

@@ -159,7 +159,7 @@ func swarmGenerate(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 	case batch > 1 && g.speculate != "none":
 		return usagef("--speculate takes one sequence, not --batch %d", batch)
 	}
-	hops, plan, _, err := c.FindRoute(fctx, m, nil)
+	hops, plan, provs, err := c.FindRoute(fctx, m, nil)
 	if err != nil {
 		return err
 	}
@@ -168,17 +168,42 @@ func swarmGenerate(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 	if batch > 1 {
 		return swarmBatch(ctx, env, c, hops, sopts, g, batch, map[string]any{"route": routeJSON(hops), "expected_ms_per_token": plan.ExpectedMicros / 1e3})
 	}
-	s, err := c.Open(ctx, hops, sopts)
+	// The sequence survives nodes that leave: it fails over to another
+	// route and replays what it has.
+	r, err := c.OpenResilient(ctx, m, provs, hops, sopts, swarm.FailoverOptions{})
 	if err != nil {
 		return err
 	}
-	defer s.Close()
-	tb := &timedBackend{s: s, hops: len(hops)}
-	err = g.run(ctx, env, tb, map[string]any{"route": routeJSON(hops), "expected_ms_per_token": plan.ExpectedMicros / 1e3, "hops": tb.summary()})
+	defer r.Close()
+	tb := newTimed(r, r.Session, len(hops))
+	err = g.run(ctx, env, tb, map[string]any{"route": routeJSON(hops), "expected_ms_per_token": plan.ExpectedMicros / 1e3,
+		"hops": tb.summary(), "failovers": jsonFunc(func() any { return failoversJSON(r.Failovers()) })})
 	if err == nil && !g.json {
-		printRoute(env, hops, tb)
+		printRoute(env, r.Session().Route, tb)
+		for _, f := range r.Failovers() {
+			fmt.Fprintf(env.Stderr, "failover at position %d: routed around %s, replayed %d tokens, recovered in %v (%s)\n",
+				f.Pos, strings.Join(shortIDs(f.Dropped), ", "), f.Replayed, f.Recovery.Round(time.Millisecond), f.Cause)
+		}
 	}
 	return err
+}
+
+// failoversJSON describes a sequence's route changes.
+func failoversJSON(fs []swarm.Failover) []map[string]any {
+	out := []map[string]any{}
+	for _, f := range fs {
+		out = append(out, map[string]any{"pos": f.Pos, "cause": f.Cause, "dropped": f.Dropped, "replayed": f.Replayed,
+			"detect_ms": float64(f.Detect.Microseconds()) / 1e3, "recovery_ms": float64(f.Recovery.Microseconds()) / 1e3, "route": routeJSON(f.Route)})
+	}
+	return out
+}
+
+func shortIDs(ids []string) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = shortID(id)
+	}
+	return out
 }
 
 // swarmBatch runs n sequences of g's prompt at once on hops, one session
@@ -284,7 +309,8 @@ func swarmBatch(ctx context.Context, env *Env, c *swarm.Client, hops []swarm.Hop
 
 // timedBackend keeps per-hop timings over a generation.
 type timedBackend struct {
-	s       *swarm.Session
+	b       generate.Backend
+	cur     func() *swarm.Session // the session of the last step (failover may change it)
 	hops    int
 	steps   int
 	queue   []float64
@@ -292,8 +318,12 @@ type timedBackend struct {
 	wall    time.Duration
 }
 
+func newTimed(b generate.Backend, cur func() *swarm.Session, hops int) *timedBackend {
+	return &timedBackend{b: b, cur: cur, hops: hops}
+}
+
 func (t *timedBackend) Step(ctx context.Context, st generate.Step) (generate.StepResult, error) {
-	r, err := t.s.Step(ctx, st)
+	r, err := t.b.Step(ctx, st)
 	if err != nil {
 		return r, err
 	}
@@ -302,8 +332,9 @@ func (t *timedBackend) Step(ctx context.Context, st generate.Step) (generate.Ste
 	}
 	if len(st.IDs) == 1 { // decode steps only
 		t.steps++
-		t.wall += t.s.StepRTT
-		for _, tr := range t.s.Trace {
+		s := t.cur()
+		t.wall += s.StepRTT
+		for _, tr := range s.Trace {
 			if int(tr.Hop) < t.hops {
 				t.queue[tr.Hop] += float64(tr.Queue)
 				t.compute[tr.Hop] += float64(tr.Compute)
