@@ -19,6 +19,7 @@ import (
 	"github.com/pipeshard/pipeshard/ovrt/sample"
 	"github.com/pipeshard/pipeshard/ovrt/tokenizer"
 	"github.com/pipeshard/pipeshard/shards"
+	"github.com/pipeshard/pipeshard/swarm"
 )
 
 func init() {
@@ -75,15 +76,26 @@ type genRequest struct {
 	speculate  string
 	draftModel string
 	draftQuant ovrt.DType
-	specK      int // 0: auto
+	specK      int  // 0: auto
+	pointMass  bool // a draft model proposes its argmax even when sampling
 	threads    int
 	vocab      int
 }
 
-// draftLogits reports whether verifying needs the target's logits: a draft
-// model's own distributions, when sampling (a session must ask for them).
-func (g *genRequest) draftLogits() bool {
-	return g.speculate == "draft" && !g.sampling.Greedy()
+// draftLogits reports whether a session along hops must return logits
+// for verifying: it must for a draft model's own distributions, when
+// sampling. A route whose last hop holds only part of the output head
+// cannot return them; the draft model then proposes its argmax as point
+// masses, which the last hop's sampled ids verify.
+func (g *genRequest) draftLogits(hops []swarm.Hop) bool {
+	if g.speculate != "draft" || g.sampling.Greedy() {
+		return false
+	}
+	if len(hops) > 0 && hops[len(hops)-1].HeadLo != 0 {
+		g.pointMass = true
+		return false
+	}
+	return true
 }
 
 // parseSpec reads the speculative decoding flags.
@@ -134,7 +146,7 @@ func (g *genRequest) drafter(ctx context.Context, env *Env) (d spec.Drafter, clo
 			return nil, nil, fmt.Errorf("%w: %s has a vocabulary of %d, the model %d", spec.ErrDraftModel, g.draftModel, lm.cfg.Vocab, g.vocab)
 		}
 		r := rand.New(rand.NewPCG(g.sampling.Seed, 0x6a09e667f3bcc909))
-		dm, err := spec.NewDraftModel(lm.models[0], spec.ModelOptions{Sampling: g.sampling, Uniform: r.Float64})
+		dm, err := spec.NewDraftModel(lm.models[0], spec.ModelOptions{Sampling: g.sampling, PointMass: g.pointMass, Uniform: r.Float64})
 		if err != nil {
 			lm.Close()
 			return nil, nil, err
@@ -358,6 +370,7 @@ func (g *genRequest) run(ctx context.Context, env *Env, fwd generate.Backend, ex
 			"acceptance_rate":      res.AcceptanceRate(),
 			"tokens_per_traversal": res.TokensPerTraversal(),
 			"draft_ms":             float64(res.DraftTime.Microseconds()) / 1e3,
+			"point_mass":           g.speculate == "ngram" || g.sampling.Greedy() || g.pointMass,
 		}
 	}
 	for k, v := range extra {

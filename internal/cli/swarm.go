@@ -164,7 +164,7 @@ func swarmGenerate(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 		return err
 	}
 	sopts := swarm.SessionOptions{ModelID: m.ModelID, Sampling: g.sampling, Vocab: m.Config.Vocab,
-		Logits: g.logitsOut != "" || g.draftLogits(), F16: flagBool(fs, "f16"), MaxLen: m.Config.Context}
+		Logits: g.logitsOut != "" || g.draftLogits(hops), F16: flagBool(fs, "f16"), MaxLen: m.Config.Context}
 	if batch > 1 {
 		return swarmBatch(ctx, env, c, hops, sopts, g, batch, map[string]any{"route": routeJSON(hops), "expected_ms_per_token": plan.ExpectedMicros / 1e3})
 	}
