@@ -330,6 +330,9 @@ func (s *Sched) Next(now time.Duration) Ready {
 		return Ready{Wait: since + w - now, Window: w}
 	}
 	b := s.form()
+	if len(b) == 0 { // cannot happen: the leader's first job always fits
+		return Ready{}
+	}
 	s.busy = true
 	s.running = b
 	s.batches++
