@@ -74,8 +74,15 @@ type Error struct {
 	Msg     string
 }
 
-// NewError wraps err for the wire.
+// NewError wraps err for the wire. An error that is already a stage's
+// report (a later hop's, passed back) keeps its hop, code and message, so
+// the client learns which hop failed, not which one told it.
 func NewError(s SessionID, seq uint64, hop uint8, err error) *Error {
+	if e, ok := err.(*Error); ok {
+		out := *e
+		out.Session, out.Seq = s, seq
+		return &out
+	}
 	msg := err.Error()
 	if len(msg) > 1024 {
 		msg = msg[:1024]

@@ -151,3 +151,15 @@ func FuzzDecode(f *testing.F) {
 
 // normalize maps nil and empty slices alike for comparison.
 func normalize(m Message) string { return fmt.Sprintf("%v", m) }
+
+// A later hop's report passed back keeps its hop and code.
+func TestNewErrorKeepsAReportsHop(t *testing.T) {
+	inner := NewError(SessionID{1}, 0, 2, fmt.Errorf("%w: hop 3: dial failed", ErrNextHop))
+	out := NewError(SessionID{1}, 7, 0, inner)
+	if out.Hop != 2 || out.Seq != 7 || !errors.Is(out, ErrNextHop) || out.Msg != inner.Msg {
+		t.Fatalf("passed-back report %+v, want hop 2, seq 7, ErrNextHop, %q", out, inner.Msg)
+	}
+	if wrapped := NewError(SessionID{1}, 0, 0, fmt.Errorf("context: %w", inner)); wrapped.Hop != 0 {
+		t.Fatalf("a wrapped report is this hop's own: hop %d", wrapped.Hop)
+	}
+}
