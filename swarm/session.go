@@ -123,6 +123,9 @@ type Session struct {
 	Trace []wire.Timing
 	// StepRTT is the wall time of the last step.
 	StepRTT time.Duration
+	// Cands are the last step's candidates, K per row, best first, with
+	// SessionOptions.TopK.
+	Cands []wire.Cand
 }
 
 // SessionOptions configure Open.
@@ -134,6 +137,10 @@ type SessionOptions struct {
 	MaxLen   int
 	Timeout  time.Duration // per step (default 60 s)
 	Vocab    int
+
+	// TopK > 0 asks for the top K candidates of every row with their
+	// logits (Session.Cands), greedy only; the chosen id is the first.
+	TopK int
 }
 
 // openSession opens a session along route from h.
@@ -154,6 +161,8 @@ func openSession(ctx context.Context, h host.Host, res *results, route []Hop, o 
 	switch {
 	case o.Logits:
 		open.Output = wire.OutLogits
+	case o.TopK > 0 && o.Sampling.Greedy():
+		open.Output, open.TopK = wire.OutTopK, uint16(o.TopK)
 	case !o.Sampling.Greedy():
 		open.Output = wire.OutSample
 		open.Temp, open.TopP, open.TopK = float32(o.Sampling.Temp), float32(o.Sampling.TopP), uint16(o.Sampling.TopK)
@@ -359,6 +368,15 @@ func (s *Session) decode(m *wire.Result, st generate.Step) (generate.StepResult,
 		if st.Logits {
 			out.Logits = m.Logits
 		}
+	case wire.ResultTopK:
+		k := int(m.K)
+		if k == 0 || len(m.Cands) != int(m.Rows)*k {
+			return out, fmt.Errorf("%w: %d candidates for %d rows of %d", ErrSession, len(m.Cands), m.Rows, k)
+		}
+		for r := range int(m.Rows) {
+			out.Next = append(out.Next, int(m.Cands[r*k].ID))
+		}
+		s.Cands = m.Cands
 	default:
 		return out, fmt.Errorf("%w: unexpected result kind %d", ErrSession, m.Kind)
 	}
