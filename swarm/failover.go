@@ -28,6 +28,9 @@ type FailoverOptions struct {
 	Rediscover time.Duration
 	Now        func() time.Time
 	Log        *slog.Logger // default: the client's
+	// Verify, with a Rate > 0, checks steps against a shadow route and
+	// bans the nodes that lie (verify.go).
+	Verify *VerifyOptions
 }
 
 func (o *FailoverOptions) defaults() {
@@ -84,6 +87,7 @@ type Resilient struct {
 	t0    time.Time       // when cur began
 	began time.Time       // when the current step began
 	mu    sync.Mutex      // guards hist for readers on other goroutines
+	v     *verifier       // nil: no verification
 }
 
 // OpenResilient opens a session on hops (planned from provs, the
@@ -93,7 +97,9 @@ func (c *Client) OpenResilient(ctx context.Context, m *shards.Manifest, provs []
 		fo.Log = c.log
 	}
 	fo.defaults()
+	o = fo.Verify.sessionOptions(o)
 	r := &Resilient{c: c, m: m, opts: o, fo: fo, provs: provs, drop: map[string]bool{}}
+	r.v = newVerifier(r, fo.Verify)
 	s, err := c.Open(ctx, hops, o)
 	if err == nil {
 		r.s = s
@@ -123,6 +129,9 @@ func (r *Resilient) Failovers() []Failover {
 
 // Close closes the current session.
 func (r *Resilient) Close() error {
+	if r.v != nil {
+		r.v.close()
+	}
 	if r.s == nil {
 		return nil
 	}
@@ -134,11 +143,19 @@ func (r *Resilient) Step(ctx context.Context, st generate.Step) (generate.StepRe
 	if st.Pos > len(r.fed) {
 		return generate.StepResult{}, fmt.Errorf("%w: step at %d after %d tokens", ErrSession, st.Pos, len(r.fed))
 	}
+	if r.s == nil {
+		return generate.StepResult{}, fmt.Errorf("%w: the sequence has no route", ErrFailover)
+	}
 	r.began = r.fo.Now()
 	for {
 		res, err := r.s.Step(ctx, st)
 		if err == nil {
 			r.fed = append(r.fed[:st.Pos], st.IDs...)
+			if r.v != nil {
+				res, err = r.v.after(ctx, st, res)
+			}
+		}
+		if err == nil {
 			r.finish()
 			return res, nil
 		}
@@ -239,13 +256,13 @@ func (r *Resilient) reroute(ctx context.Context, pos int, cause error) error {
 // plan finds a route around the dropped peers: first among the providers
 // already known, then by a new discovery.
 func (r *Resilient) plan(ctx context.Context) ([]Hop, error) {
-	hops, _, err := r.c.Plan(r.m, r.provs, r.drop)
+	hops, _, err := r.c.Plan(r.m, r.provs, r.exclude())
 	if err == nil {
 		return hops, nil
 	}
 	dctx, cancel := context.WithTimeout(ctx, r.fo.Rediscover)
 	defer cancel()
-	hops, _, provs, err := r.c.FindRoute(dctx, r.m, r.drop)
+	hops, _, provs, err := r.c.FindRoute(dctx, r.m, r.exclude())
 	if err != nil {
 		return nil, err
 	}
