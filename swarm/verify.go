@@ -267,7 +267,7 @@ func (r *Resilient) Verification() VerifyStats {
 	r.v.mu.Lock()
 	defer r.v.mu.Unlock()
 	out := r.v.stats
-	out.Banned = slices.Clone(out.Banned)
+	out.Banned = append([]Ban{}, out.Banned...)
 	return out
 }
 
@@ -504,7 +504,7 @@ func (v *verifier) openShadow(ctx context.Context) error {
 	if !differs {
 		if !v.noAlt {
 			v.noAlt = true
-			r.fo.Log.Warn("verification: no range of the route has a second provider; steps cannot be checked", "route", routeIDs(r.s.Route))
+			r.fo.Log.Info("verification: no range of the route has a second provider; steps cannot be checked", "route", routeIDs(r.s.Route))
 		}
 		return nil
 	}

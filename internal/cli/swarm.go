@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -50,6 +51,7 @@ as run; --json adds the route and per-hop timings.`,
 					client(fs)
 					fs.Bool("f16", false, "send hidden states as fp16 (half the bytes; may change rare tokens)")
 					fs.Int("batch", 1, "run N sequences of the prompt at once on the route, one session each (the stages batch them); sequence i samples with --seed + i")
+					fs.String("verify", fmt.Sprint(swarm.DefaultVerifyRate), "check this fraction of steps against other providers of the same shards (all: every step, 0: off; not with --batch); nodes that lie are banned")
 				},
 				Run: swarmGenerate,
 			},
@@ -170,14 +172,27 @@ func swarmGenerate(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 	}
 	// The sequence survives nodes that leave: it fails over to another
 	// route and replays what it has.
-	r, err := c.OpenResilient(ctx, m, provs, hops, sopts, swarm.FailoverOptions{})
+	vo, err := verifyFlag(fs)
+	if err != nil {
+		return err
+	}
+	r, err := c.OpenResilient(ctx, m, provs, hops, sopts, swarm.FailoverOptions{Verify: vo})
 	if err != nil {
 		return err
 	}
 	defer r.Close()
 	tb := newTimed(r, r.Session, len(hops))
-	err = g.run(ctx, env, tb, map[string]any{"route": routeJSON(hops), "expected_ms_per_token": plan.ExpectedMicros / 1e3,
-		"hops": tb.summary(), "failovers": jsonFunc(func() any { return failoversJSON(r.Failovers()) })})
+	extra := map[string]any{"route": routeJSON(hops), "expected_ms_per_token": plan.ExpectedMicros / 1e3,
+		"hops": tb.summary(), "failovers": jsonFunc(func() any { return failoversJSON(r.Failovers()) })}
+	if vo != nil {
+		extra["verification"] = jsonFunc(func() any { return r.Verification() })
+	}
+	err = g.run(ctx, env, tb, extra)
+	if vo != nil && !g.json {
+		v := r.Verification()
+		fmt.Fprintf(env.Stderr, "verified %d of %d steps (%d rows): %d mismatches, %d peers banned %v\n",
+			v.Checked, v.Steps, v.Rows, v.Mismatches, len(v.Banned), bannedIDs(v.Banned))
+	}
 	if err == nil && !g.json {
 		printRoute(env, r.Session().Route, tb)
 		for _, f := range r.Failovers() {
@@ -186,6 +201,33 @@ func swarmGenerate(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 		}
 	}
 	return err
+}
+
+// verifyFlag reads --verify: all, 0 (off) or a fraction of steps.
+func verifyFlag(fs *flag.FlagSet) (*swarm.VerifyOptions, error) {
+	if fs.Lookup("verify") == nil { // demo calls this without --verify
+		return nil, nil
+	}
+	v := flagString(fs, "verify")
+	rate := 1.0
+	if v != "all" {
+		var err error
+		if rate, err = strconv.ParseFloat(v, 64); err != nil || !(rate >= 0 && rate <= 1) {
+			return nil, usagef("--verify %q: want all, 0 or a fraction of steps in (0, 1]", v)
+		}
+	}
+	if rate == 0 {
+		return nil, nil
+	}
+	return &swarm.VerifyOptions{Rate: rate}, nil
+}
+
+func bannedIDs(bs []swarm.Ban) []string {
+	var out []string
+	for _, b := range bs {
+		out = append(out, shortID(b.Peer))
+	}
+	return out
 }
 
 // failoversJSON describes a sequence's route changes.
