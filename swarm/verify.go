@@ -452,7 +452,7 @@ func (v *verifier) check(ctx context.Context, st generate.Step, res generate.Ste
 				v.invalidate(q, end)
 				return res, err
 			}
-			v.sPos = min(v.sPos, q)
+			v.sPos = min(v.sPos, q, st.Pos)
 		}
 	}
 }
@@ -715,9 +715,11 @@ func (v *verifier) rebuildMain(ctx context.Context, q int) error {
 }
 
 // rerun recomputes the main route's rows from q to end (the step st
-// ends at end) and returns st's result from them.
+// ends at end), from st's start if q is later, and returns st's result
+// from them.
 func (v *verifier) rerun(ctx context.Context, st generate.Step, q, end int) (generate.StepResult, error) {
 	r := v.r
+	q = min(q, st.Pos)
 	us := make([]float64, end-q)
 	for i := range us {
 		us[i] = v.rows[q+i].u

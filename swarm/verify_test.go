@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pipeshard/pipeshard/internal/generate"
+	"github.com/pipeshard/pipeshard/internal/spec"
 	"github.com/pipeshard/pipeshard/node"
 	"github.com/pipeshard/pipeshard/ovrt/sample"
 	"github.com/pipeshard/pipeshard/shards"
@@ -290,4 +291,29 @@ func sameSet(a, b []string) bool {
 	slices.Sort(a)
 	slices.Sort(b)
 	return slices.Equal(a, b)
+}
+
+// TestVerifySpeculative: speculative decoding's steps (several rows, and
+// rewinds when drafts are rejected) are verified too; the liar is caught
+// and the output is local generation's.
+func TestVerifySpeculative(t *testing.T) {
+	v := startVerifySwarm(t, 2)
+	prompt := []int{1, 450, 8338, 265, 263, 2217, 29889, 450, 8338}
+	const n = 40
+	var seen mismatches
+	r := v.open(t, v.liar, sample.Params{}, &swarm.VerifyOptions{Rate: 1, OnMismatch: seen.add})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	got, err := generate.RunSpeculative(ctx, r, spec.NGram{}, prompt, generateOpts(n, v.m.Config.Context), generate.SpecOptions{K: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := r.Verification()
+	t.Logf("%+v; %d drafts, %d accepted, %d traversals", st, got.Drafted, got.Accepted, got.Traversals)
+	if want := localIDs(t, v.f, prompt, n, sample.Params{}); !slices.Equal(got.IDs, want) {
+		t.Fatalf("verified speculative swarm generated\n%v\nlocal\n%v", got.IDs, want)
+	}
+	if ms := seen.get(); len(ms) != 1 || !slices.Equal(ms[0].Banned, []string{v.liar.ID().String()}) {
+		t.Fatalf("mismatches %+v: want one, banning the liar", ms)
+	}
 }
