@@ -125,7 +125,8 @@
 // not come. On one processor shared by the whole route it changes
 // nothing. A window long enough to merge the groups of forwards a tight
 // loop settles into (they come about one forward apart) costs far more
-// in that model (40% of throughput), so the cap stays at c/4.
+// in that model (34-42% of throughput at 8 sessions), so the cap stays
+// at c/4.
 //
 // # Driving it from a simulator
 //
