@@ -54,6 +54,11 @@ func TestParsePolicies(t *testing.T) {
 }
 
 func TestSimCommands(t *testing.T) {
+	// No emulator here: sim run must stop before it starts processes
+	// (this test binary is not pipeshard).
+	old := startNetwork
+	startNetwork = nil
+	defer func() { startNetwork = old }()
 	dir := t.TempDir()
 	scen := filepath.Join(dir, "s.yaml")
 	os.WriteFile(scen, []byte("name: s\nnodes: [{layers: \"0:6\"}]\nclients: [{requests: 1, prompt: hi}]\nnetwork: {delay: 20ms}\n"), 0o644)

@@ -67,6 +67,11 @@ func (e *Env) defaults() error {
 		}
 		e.Binary = b
 	}
+	if strings.HasSuffix(filepath.Base(e.Binary), ".test") {
+		// A Go test binary would run its tests again for every
+		// "pipeshard" command, and those tests this run again.
+		return fmt.Errorf("%w: %s is a Go test binary, not pipeshard: set Env.Binary", ErrRun, e.Binary)
+	}
 	if e.ModelHome == "" {
 		e.ModelHome = models.Home()
 	}

@@ -260,6 +260,11 @@ func TestRunErrors(t *testing.T) {
 	if _, err := Run(t.Context(), s, Env{}); !errors.Is(err, ErrRun) || !strings.Contains(err.Error(), "no network") {
 		t.Errorf("no network: %v", err)
 	}
+	// The default binary of a test is the test itself: refused, or
+	// every command would run the tests again.
+	if _, err := Run(t.Context(), s, Env{Net: &loopback{}}); !errors.Is(err, ErrRun) || !strings.Contains(err.Error(), "Go test binary") {
+		t.Errorf("test binary: %v", err)
+	}
 	bad := *s
 	bad.Name = ""
 	if _, err := Run(t.Context(), &bad, Env{Net: &loopback{}}); !errors.Is(err, ErrInvalid) {
