@@ -215,8 +215,11 @@ func testFailover(t *testing.T, sig syscall.Signal) {
 		case <-time.After(30 * time.Second):
 			t.Fatal("the drained node did not exit")
 		}
-		if fos := r.Failovers(); len(fos) != 1 || !strings.Contains(fos[0].Cause, "draining") {
-			t.Fatalf("failovers %+v: want one, caused by draining", fos)
+		// The client hears ErrDraining, or, when a forward was already
+		// on its way to the node as it handed over and exited, that the
+		// hop is gone: either way it moves without an error.
+		if fos := r.Failovers(); len(fos) != 1 || !strings.Contains(fos[0].Cause, "draining") && !strings.Contains(fos[0].Cause, "next hop unreachable") {
+			t.Fatalf("failovers %+v: want one, caused by the drain", fos)
 		}
 	}
 	want := localIDs(t, f, prompt, n, sample.Params{})
