@@ -134,15 +134,7 @@ func Run(ctx context.Context, b Backend, prompt []int, o Options) (Result, error
 		return res, nil
 	}
 	t0 := now()
-	step := Step{Pos: 0, IDs: ids, Uniform: []float64{uniform()}}
-	if o.OnPromptLogits != nil {
-		// Every prompt position gets a row; only the last one's id is
-		// used, and it draws with the same number as without logits.
-		u := step.Uniform[0]
-		step.All, step.Logits = true, true
-		step.Uniform = make([]float64, len(ids))
-		step.Uniform[len(ids)-1] = u
-	}
+	step := promptStep(ids, uniform(), o.OnPromptLogits != nil)
 	out, err := b.Step(ctx, step)
 	if err != nil {
 		return res, err
@@ -189,6 +181,20 @@ func Run(ctx context.Context, b Backend, prompt []int, o Options) (Result, error
 		res.Decode = now().Sub(t0)
 	}
 	return res, nil
+}
+
+// promptStep is the first step of a generation: the prompt, whose last
+// row draws the first token with u. With logits, every prompt position
+// gets a row; only the last one's id is used, and it draws with the same
+// number as without logits.
+func promptStep(ids []int32, u float64, logits bool) Step {
+	step := Step{Pos: 0, IDs: ids, Uniform: []float64{u}}
+	if logits {
+		step.All, step.Logits = true, true
+		step.Uniform = make([]float64, len(ids))
+		step.Uniform[len(ids)-1] = u
+	}
+	return step
 }
 
 // Local runs a whole model, or a chain of shards, in this process.

@@ -92,13 +92,7 @@ func RunSpeculative(ctx context.Context, b Backend, d spec.Drafter, prompt []int
 		ids[i] = int32(id)
 	}
 	t0 := now()
-	step := Step{Pos: 0, IDs: ids, Uniform: uniforms(0, 1)}
-	if o.OnPromptLogits != nil {
-		u := step.Uniform[0]
-		step.All, step.Logits = true, true
-		step.Uniform = make([]float64, len(ids))
-		step.Uniform[len(ids)-1] = u
-	}
+	step := promptStep(ids, uniforms(0, 1)[0], o.OnPromptLogits != nil)
 	out, err := b.Step(ctx, step)
 	if err != nil {
 		return res, err
