@@ -86,7 +86,10 @@ func (c *Client) Tokenizer(ctx context.Context, m *shards.Manifest) (*tokenizer.
 // Discover finds the providers of every shard of every layout of m and
 // measures the round trip to each.
 func (c *Client) Discover(ctx context.Context, m *shards.Manifest) ([]Provider, error) {
-	var out []Provider
+	// Look every distinct shard up at once: a lookup that finds fewer
+	// than its maximum runs until the DHT query ends, so one at a time
+	// the lookups of a many-shard model would add up.
+	var shs []shards.ShardRef
 	seen := map[string]bool{}
 	for _, l := range m.Layouts {
 		for _, s := range l.Shards {
@@ -94,16 +97,31 @@ func (c *Client) Discover(ctx context.Context, m *shards.Manifest) ([]Provider, 
 				continue
 			}
 			seen[s.CID] = true
-			k, err := cid.Decode(s.CID)
-			if err != nil {
-				return nil, err
+			if _, err := cid.Decode(s.CID); err != nil {
+				return nil, fmt.Errorf("swarm: shard %q: %w", s.CID, err)
 			}
+			shs = append(shs, s)
+		}
+	}
+	found := make([][]peer.AddrInfo, len(shs))
+	var lookups sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i, s := range shs {
+		lookups.Add(1)
+		go func() {
+			defer lookups.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
 			fctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-			provs, _ := c.Providers(fctx, k, 32)
-			cancel()
-			for _, p := range provs {
-				out = append(out, Provider{Peer: p, Shard: s})
-			}
+			defer cancel()
+			found[i], _ = c.Providers(fctx, cid.MustParse(s.CID), 32)
+		}()
+	}
+	lookups.Wait()
+	var out []Provider
+	for i, s := range shs {
+		for _, p := range found[i] {
+			out = append(out, Provider{Peer: p, Shard: s})
 		}
 	}
 	// Ping every distinct peer once, concurrently.
