@@ -16,6 +16,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
+	lpswarm "github.com/libp2p/go-libp2p/p2p/net/swarm"
 	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/pipeshard/pipeshard/internal/sched"
@@ -687,7 +688,23 @@ func (st *Stage) dial(ctx context.Context, id []byte, addrs []string, proto stri
 			st.h.Peerstore().AddAddr(p, m, peerstore.TempAddrTTL)
 		}
 	}
-	return st.h.NewStream(ctx, p, protocolID(proto))
+	// A handshake that fails once (two hosts dialing each other at the
+	// same moment, a busy peer) leaves the peer in the dial backoff, where
+	// every retry fails at once without trying: clear it and try again.
+	var s network.Stream
+	for attempt := range 3 {
+		if s, err = st.h.NewStream(ctx, p, protocolID(proto)); err == nil || ctx.Err() != nil {
+			break
+		}
+		if b, ok := st.h.Network().(interface{ Backoff() *lpswarm.DialBackoff }); ok {
+			b.Backoff().Clear(p)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(attempt+1) * 50 * time.Millisecond):
+		}
+	}
+	return s, err
 }
 
 // janitor closes idle sessions and evicts the least recently used past
