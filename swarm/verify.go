@@ -110,6 +110,10 @@ type VerifyStats struct {
 	Rows       int     `json:"checked_rows"`  // rows compared
 	Mismatches int     `json:"mismatches"`
 	Rewinds    int     `json:"rewinds"` // tokens taken back (RewindError)
+	// Verified counts the positions (prompt included) whose results a
+	// check has covered: the token at position p, the result of position
+	// p-1, is the honest route's when p <= Verified.
+	Verified int `json:"verified_positions"`
 	// Skipped counts steps drawn for a check that could not be checked: no
 	// range has a second provider, or the shadow route failed.
 	Skipped int   `json:"skipped"`
@@ -415,7 +419,15 @@ func (v *verifier) check(ctx context.Context, st generate.Step, res generate.Ste
 			}
 		})
 		if q < 0 {
-			return v.rewind(st, res, orig, banned)
+			res, err := v.rewind(st, res, orig, banned)
+			var rw *RewindError
+			switch {
+			case err == nil:
+				v.count(func(s *VerifyStats) { s.Verified = max(s.Verified, end) })
+			case errors.As(err, &rw):
+				v.count(func(s *VerifyStats) { s.Verified = max(s.Verified, rw.Pos-1) })
+			}
+			return res, err
 		}
 		v.count(func(s *VerifyStats) { s.Mismatches++ })
 		r.fo.Log.Warn("verification: routes disagree", "pos", q, "main", routeIDs(v.rows[q].route), "shadow", routeIDs(v.shadow.Route))
@@ -765,7 +777,9 @@ func routeIDs(hops []Hop) []string {
 // the rewind would have, so the output is the honest route's (greedy or
 // seeded). onRewind, if set, is told how many generated tokens were kept
 // (the caller's OnToken saw the discarded ones).
-func Generate(ctx context.Context, r *Resilient, prompt []int, o generate.Options, onRewind func(kept int)) (generate.Result, error) {
+//
+// b is r, or a backend that passes its steps on to r (to time them, say).
+func Generate(ctx context.Context, b generate.Backend, prompt []int, o generate.Options, onRewind func(kept int)) (generate.Result, error) {
 	var out generate.Result
 	var kept []int
 	for attempt := 0; ; attempt++ {
@@ -775,11 +789,11 @@ func Generate(ctx context.Context, r *Resilient, prompt []int, o generate.Option
 		if attempt > 0 {
 			oo.OnPromptLogits = nil
 		}
-		b := &shifted{b: r, u: generate.Uniforms(o.Seed)}
+		sb := &shifted{b: b, u: generate.Uniforms(o.Seed)}
 		for range kept {
-			b.u()
+			sb.u()
 		}
-		res, err := generate.Run(ctx, b, p, oo)
+		res, err := generate.Run(ctx, sb, p, oo)
 		if attempt == 0 {
 			out.Prefill = res.Prefill
 		}

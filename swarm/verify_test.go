@@ -176,9 +176,27 @@ func TestVerifyCatchesLiar(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			kept := -1
-			got, err := swarm.Generate(ctx, r, verifyPrompt, generateOpts(tc.tokens, v.m.Config.Context), func(k int) { kept = k })
+			// What a caller has been given, and whether every token the
+			// verified count covered was the honest one when it did.
+			var shown []int
+			verifiedLie := ""
+			o := generateOpts(tc.tokens, v.m.Config.Context)
+			o.OnToken = func(id int) {
+				shown = append(shown, id)
+				n := min(r.Verification().Verified-len(verifyPrompt)+1, len(shown))
+				if n > 0 && !slices.Equal(shown[:n], want[:n]) && verifiedLie == "" {
+					verifiedLie = fmt.Sprintf("after %d tokens, %d counted as verified: %v, honest %v", len(shown), n, shown[:n], want[:n])
+				}
+			}
+			got, err := swarm.Generate(ctx, r, verifyPrompt, o, func(k int) { kept = k; shown = shown[:k] })
 			if err != nil {
 				t.Fatal(err)
+			}
+			if verifiedLie != "" {
+				t.Fatal("a lie was counted as verified: " + verifiedLie)
+			}
+			if st := r.Verification(); tc.rate == 1 && st.Verified < len(verifyPrompt)+tc.tokens-2 {
+				t.Fatalf("every step checked, but only %d positions counted as verified (prompt %d, %d tokens)", st.Verified, len(verifyPrompt), tc.tokens)
 			}
 			st := r.Verification()
 			ms := seen.get()

@@ -80,6 +80,14 @@ type genRequest struct {
 	pointMass  bool // a draft model proposes its argmax even when sampling
 	threads    int
 	vocab      int
+
+	// rewinding, if set, runs plain generation on a backend that may take
+	// tokens back (sampled verification): it tells onRewind how many
+	// generated tokens it kept. verified, if set, counts the generated
+	// tokens verification has covered, for output that cannot be taken
+	// back.
+	rewinding func(ctx context.Context, b generate.Backend, prompt []int, o generate.Options, onRewind func(kept int)) (generate.Result, error)
+	verified  func() int
 }
 
 // draftLogits reports whether a session along hops must return logits
@@ -289,44 +297,21 @@ func (g *genRequest) run(ctx context.Context, env *Env, fwd generate.Backend, ex
 			}
 		}
 	}
-	var dec *tokenizer.Decoder
-	if g.tok != nil {
-		dec = g.tok.NewDecoder()
-		prompt := ""
-		for _, id := range g.promptIDs {
-			prompt += dec.Next(id)
-		}
-		if !g.json {
-			fmt.Fprint(env.Stdout, prompt)
-		}
+	stream := newTextStream(env.Stdout, env.Stderr, g.tok, g.promptIDs, g.json)
+	if g.verified != nil {
+		stream.holdUntilVerified(g.verified)
 	}
-	var text strings.Builder
-	g.opts.OnToken = func(id int) {
-		if dec == nil {
-			if !g.json {
-				fmt.Fprintf(env.Stdout, "%d ", id)
-			}
-			return
-		}
-		s := dec.Next(id)
-		text.WriteString(s)
-		if !g.json {
-			fmt.Fprint(env.Stdout, s)
-		}
-	}
+	g.opts.OnToken = stream.token
 	var res generate.Result
-	if g.speculate == "none" {
-		res, err = generate.Run(ctx, fwd, g.promptIDs, g.opts)
-	} else {
+	switch {
+	case g.speculate != "none":
 		res, err = generate.RunSpeculative(ctx, fwd, d, g.promptIDs, g.opts, generate.SpecOptions{K: g.specK, Sampling: g.sampling})
+	case g.rewinding != nil:
+		res, err = g.rewinding(ctx, fwd, g.promptIDs, g.opts, stream.rewind)
+	default:
+		res, err = generate.Run(ctx, fwd, g.promptIDs, g.opts)
 	}
-	if dec != nil {
-		s := dec.Flush()
-		text.WriteString(s)
-		if !g.json {
-			fmt.Fprint(env.Stdout, s)
-		}
-	}
+	text := stream.finish()
 	if err != nil {
 		if !g.json {
 			fmt.Fprintln(env.Stdout)
@@ -351,7 +336,7 @@ func (g *genRequest) run(ctx context.Context, env *Env, fwd generate.Backend, ex
 	out := map[string]any{
 		"prompt_ids":           g.promptIDs,
 		"ids":                  nonNil(res.IDs),
-		"text":                 text.String(),
+		"text":                 text,
 		"prefill_tokens_per_s": res.PrefillRate(len(g.promptIDs)),
 		"decode_tokens_per_s":  res.DecodeRate(),
 		"stopped":              res.Stopped,

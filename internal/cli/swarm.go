@@ -182,6 +182,15 @@ func swarmGenerate(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 	}
 	defer r.Close()
 	tb := newTimed(r, r.Session, len(hops))
+	if vo != nil {
+		// Sampled checks may take back tokens already returned: run
+		// again from the last honest one, and hold back output that
+		// cannot be taken back (a pipe) until it is verified.
+		g.rewinding = swarm.Generate
+		if vo.Rate < 1 {
+			g.verified = func() int { return max(r.Verification().Verified-len(g.promptIDs)+1, 0) }
+		}
+	}
 	extra := map[string]any{"route": routeJSON(hops), "expected_ms_per_token": plan.ExpectedMicros / 1e3,
 		"hops": tb.summary(), "failovers": jsonFunc(func() any { return failoversJSON(r.Failovers()) })}
 	if vo != nil {
