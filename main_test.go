@@ -45,6 +45,7 @@ func TestScripts(t *testing.T) {
 			"size-is":       sizeIs,
 			"cmp-ids":       cmpIDs,
 			"jsonfield":     jsonField,
+			"eq":            eq,
 			"waitfile":      waitFile,
 		},
 	})
@@ -80,6 +81,16 @@ func cmpIDs(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	if a, b := ids(args[0]), ids(args[1]); (a == b) == neg {
 		ts.Fatalf("ids differ: %s vs %s", a, b)
+	}
+}
+
+// eq A B checks that two words are equal (after expansion).
+func eq(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: eq a b")
+	}
+	if (args[0] == args[1]) == neg {
+		ts.Fatalf("%q vs %q", args[0], args[1])
 	}
 }
 

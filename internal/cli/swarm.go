@@ -20,6 +20,7 @@ import (
 	"github.com/pipeshard/pipeshard/internal/models"
 	"github.com/pipeshard/pipeshard/internal/status"
 	"github.com/pipeshard/pipeshard/node"
+	"github.com/pipeshard/pipeshard/shards"
 	"github.com/pipeshard/pipeshard/swarm"
 )
 
@@ -167,14 +168,14 @@ func swarmGenerate(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 	}
 	sopts := swarm.SessionOptions{ModelID: m.ModelID, Sampling: g.sampling, Vocab: m.Config.Vocab,
 		Logits: g.logitsOut != "" || g.draftLogits(hops), F16: flagBool(fs, "f16"), MaxLen: m.Config.Context}
-	if batch > 1 {
-		return swarmBatch(ctx, env, c, hops, sopts, g, batch, map[string]any{"route": routeJSON(hops), "expected_ms_per_token": plan.ExpectedMicros / 1e3})
-	}
 	// The sequence survives nodes that leave: it fails over to another
 	// route and replays what it has.
 	vo, err := verifyFlag(fs)
 	if err != nil {
 		return err
+	}
+	if batch > 1 {
+		return swarmBatch(ctx, env, c, m, provs, hops, sopts, vo, g, batch, map[string]any{"route": routeJSON(hops), "expected_ms_per_token": plan.ExpectedMicros / 1e3})
 	}
 	r, err := c.OpenResilient(ctx, m, provs, hops, sopts, swarm.FailoverOptions{Verify: vo})
 	if err != nil {
@@ -261,18 +262,32 @@ func shortIDs(ids []string) []string {
 // each (the stages batch their forwards); sequence i samples with seed +
 // i. It prints each sequence, or with --json one object with every
 // sequence's result and the aggregate tokens/s.
-func swarmBatch(ctx context.Context, env *Env, c *swarm.Client, hops []swarm.Hop, o swarm.SessionOptions, g *genRequest, n int, extra map[string]any) error {
+//
+// Each sequence fails over on its own, and with vo each is verified on its
+// own (sharing one set of bans), as a single `swarm generate` would be.
+func swarmBatch(ctx context.Context, env *Env, c *swarm.Client, m *shards.Manifest, provs []swarm.Provider, hops []swarm.Hop,
+	o swarm.SessionOptions, vo *swarm.VerifyOptions, g *genRequest, n int, extra map[string]any) error {
 	type seqResult struct {
 		seed uint64
 		res  generate.Result
 		text string
 		err  error
+		fo   []swarm.Failover
+		vs   swarm.VerifyStats
 	}
-	sessions := make([]*swarm.Session, n)
+	if vo != nil && vo.Bans == nil {
+		vo.Bans = &swarm.Bans{}
+	}
+	sessions := make([]*swarm.Resilient, n)
 	for i := range sessions {
 		so := o
 		so.Sampling.Seed = g.sampling.Seed + uint64(i)
-		s, err := c.Open(ctx, hops, so)
+		var fo swarm.FailoverOptions
+		if vo != nil {
+			v := *vo // each sequence draws its own checks
+			fo.Verify = &v
+		}
+		s, err := c.OpenResilient(ctx, m, provs, hops, so, fo)
 		if err != nil {
 			for _, s := range sessions[:i] {
 				s.Close()
@@ -291,7 +306,12 @@ func swarmBatch(ctx context.Context, env *Env, c *swarm.Client, hops []swarm.Hop
 			r.seed = g.sampling.Seed + uint64(i)
 			opts := g.opts
 			opts.Seed, opts.OnToken, opts.OnPromptLogits = r.seed, nil, nil
-			r.res, r.err = generate.Run(ctx, s, g.promptIDs, opts)
+			if vo != nil {
+				r.res, r.err = swarm.Generate(ctx, s, g.promptIDs, opts, nil)
+			} else {
+				r.res, r.err = generate.Run(ctx, s, g.promptIDs, opts)
+			}
+			r.fo, r.vs = s.Failovers(), s.Verification()
 			if g.tok != nil {
 				dec := g.tok.NewDecoder()
 				for _, id := range g.promptIDs {
@@ -336,6 +356,16 @@ func swarmBatch(ctx context.Context, env *Env, c *swarm.Client, hops []swarm.Hop
 			fmt.Fprintf(env.Stdout, "[%d] %s%s\n", i, prompt, r.text)
 		}
 		fmt.Fprintf(env.Stderr, "%d sequences, %d tokens in %.2f s: %.1f tok/s together\n", n, total, wall.Seconds(), rate)
+		for i, r := range out {
+			for _, f := range r.fo {
+				fmt.Fprintf(env.Stderr, "sequence %d: failover at position %d: routed around %s, replayed %d tokens, recovered in %v (%s)\n",
+					i, f.Pos, strings.Join(shortIDs(f.Dropped), ", "), f.Replayed, f.Recovery.Round(time.Millisecond), f.Cause)
+			}
+			if vo != nil && (r.vs.Mismatches > 0 || len(r.vs.Banned) > 0) {
+				fmt.Fprintf(env.Stderr, "sequence %d: verified %d of %d steps: %d mismatches, peers banned %v\n",
+					i, r.vs.Checked, r.vs.Steps, r.vs.Mismatches, bannedIDs(r.vs.Banned))
+			}
+		}
 		return errors.Join(errs...)
 	}
 	var seqs []map[string]any
@@ -344,6 +374,10 @@ func swarmBatch(ctx context.Context, env *Env, c *swarm.Client, hops []swarm.Hop
 			"prefill_tokens_per_s": r.res.PrefillRate(len(g.promptIDs)), "decode_tokens_per_s": r.res.DecodeRate()}
 		if r.err != nil {
 			e["error"] = r.err.Error()
+		}
+		e["failovers"] = failoversJSON(r.fo)
+		if vo != nil {
+			e["verification"] = r.vs
 		}
 		seqs = append(seqs, e)
 	}
