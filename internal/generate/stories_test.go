@@ -25,6 +25,7 @@ type stories struct {
 	target *ovrt.Model
 	draft  *ovrt.Model // stories15M quantized to q4: a cheaper model with the same vocabulary
 	prompt []int
+	tok    *tokenizer.Tokenizer
 }
 
 var (
@@ -60,6 +61,7 @@ func loadStories(t testing.TB) *stories {
 			return
 		}
 		s.prompt = tk.Encode(storyPrompt, true)
+		s.tok = tk
 		story = s
 	})
 	if storyErr != nil {

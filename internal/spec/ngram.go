@@ -1,6 +1,9 @@
 package spec
 
-import "context"
+import (
+	"context"
+	"slices"
+)
 
 // NGram is the prompt-lookup drafter: it needs no model. It looks for the
 // most recent earlier occurrence of the sequence's last n tokens, trying
@@ -22,6 +25,16 @@ func (g NGram) Draft(ctx context.Context, seq []int, k int) ([]int, [][]float64,
 // Lookup returns up to k tokens to follow seq: empty when no suffix of
 // seq of at least MinN tokens occurred earlier in it.
 func (g NGram) Lookup(seq []int, k int) []int {
+	if c := g.Candidates(seq, k, 1); len(c) > 0 {
+		return c[0]
+	}
+	return nil
+}
+
+// Candidates returns up to w distinct drafts of k tokens to follow seq,
+// in the order Lookup prefers them: longer suffix matches first, more
+// recent ones first. The first is Lookup's.
+func (g NGram) Candidates(seq []int, k, w int) [][]int {
 	maxN, minN := g.MaxN, g.MinN
 	if maxN <= 0 {
 		maxN = 3
@@ -30,13 +43,14 @@ func (g NGram) Lookup(seq []int, k int) []int {
 		minN = 1
 	}
 	L := len(seq)
-	if k <= 0 || L < 2 {
+	if k <= 0 || w <= 0 || L < 2 {
 		return nil
 	}
 	lo := 0
 	if g.Window > 0 && L > g.Window {
 		lo = L - g.Window
 	}
+	var out [][]int
 	for n := min(maxN, L-1); n >= minN; n-- {
 		pat := seq[L-n:]
 		// The occurrence must end before the sequence does: j+n <= L-1.
@@ -44,19 +58,23 @@ func (g NGram) Lookup(seq []int, k int) []int {
 			if !equal(seq[j:j+n], pat) {
 				continue
 			}
-			out := make([]int, k)
+			d := make([]int, k)
 			src := j + n
-			for i := range out {
+			for i := range d {
 				if at := src + i; at < L {
-					out[i] = seq[at]
+					d[i] = seq[at]
 				} else {
-					out[i] = out[at-L] // at-L < i: already proposed
+					d[i] = d[at-L] // at-L < i: already proposed
 				}
 			}
-			return out
+			if !slices.ContainsFunc(out, func(o []int) bool { return slices.Equal(o, d) }) {
+				if out = append(out, d); len(out) == w {
+					return out
+				}
+			}
 		}
 	}
-	return nil
+	return out
 }
 
 func equal(a, b []int) bool {
