@@ -258,6 +258,7 @@ func (r *Results) finish() {
 	type acc struct {
 		h               HopResult
 		comp, queue, rt float64
+		rtn             int // hops with a measured RTT
 	}
 	by := map[string]*acc{}
 	var order []string
@@ -282,7 +283,10 @@ func (r *Results) finish() {
 			a.h.Tokens += n
 			a.comp += h.ComputeMs * float64(n)
 			a.queue += h.QueueMs * float64(n)
-			a.rt += h.RTTms
+			if h.RTTms > 0 { // 0: the client did not measure this hop
+				a.rt += h.RTTms
+				a.rtn++
+			}
 		}
 	}
 	r.Hops = nil
@@ -291,7 +295,9 @@ func (r *Results) finish() {
 		if a.h.Tokens > 0 {
 			a.h.ComputeMs, a.h.QueueMs = a.comp/float64(a.h.Tokens), a.queue/float64(a.h.Tokens)
 		}
-		a.h.RTTms = a.rt / float64(a.h.Requests)
+		if a.rtn > 0 {
+			a.h.RTTms = a.rt / float64(a.rtn)
+		}
 		r.Hops = append(r.Hops, a.h)
 	}
 	slices.SortStableFunc(r.Hops, func(a, b HopResult) int { return strings.Compare(a.Node, b.Node) })
