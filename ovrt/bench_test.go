@@ -60,3 +60,37 @@ func BenchmarkPrefill(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkBatchedDecode measures one decode step of B sequences in one
+// Forward call, against B=1, on one thread: what a stage gains from
+// gathering the forwards of B sessions. b.N counts steps; tok/s counts
+// the B tokens of each.
+func BenchmarkBatchedDecode(b *testing.B) {
+	w := loadStories(b)
+	m := compile(b, w, ovrt.WithThreads(1))
+	for _, batch := range []int{1, 2, 4, 8, 16} {
+		b.Run(fmt.Sprintf("B=%d", batch), func(b *testing.B) {
+			reqs := make([]*ovrt.Request, batch)
+			for i := range reqs {
+				reqs[i] = m.NewRequest()
+			}
+			steps := make([]ovrt.Step, batch)
+			pos := 0
+			for b.Loop() {
+				if pos == 128 {
+					pos = 0
+				}
+				for i, r := range reqs {
+					steps[i] = ovrt.Step{Req: r, Pos: pos, Tokens: []int32{int32(1 + i)}}
+				}
+				for _, res := range m.Forward(steps) {
+					if res.Err != nil {
+						b.Fatal(res.Err)
+					}
+				}
+				pos++
+			}
+			b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "tok/s")
+		})
+	}
+}

@@ -56,8 +56,9 @@ const parallelMACs = 1 << 16
 // scratch holds a Forward call's activations, reused across calls.
 type scratch struct {
 	x, xb, q, k, v, att, h1, h3, tmp []float32
-	pos                              []int // absolute position of each token
-	tok                              []int // step index of each token
+	logits                           []float32 // the head rows of a batch of steps
+	pos                              []int     // absolute position of each token
+	tok                              []int     // step index of each token
 }
 
 func grow(s []float32, n int) []float32 {
@@ -169,8 +170,14 @@ func (m *Model) Forward(steps []Step) []Result {
 		m.layer(l, steps, T)
 	}
 
-	// Outputs.
+	// Outputs. The head's rows of every step go through one product, so
+	// the head's weights are read once for the batch (each row's sums
+	// are the same as alone: the kernels' order does not depend on the
+	// tile).
 	off = 0
+	type headRows struct{ step, from, rows int }
+	var heads []headRows
+	H := 0
 	for i, s := range steps {
 		n := ns[i]
 		if n == 0 {
@@ -195,13 +202,34 @@ func (m *Model) Forward(steps []Step) []Result {
 			x = x[(n-1)*c.Dim:]
 		}
 		rows := len(x) / c.Dim
-		xb := sc.xb[:rows*c.Dim]
+		// xb (T rows) holds them all: a step wants at most its n rows.
+		xb := sc.xb[H*c.Dim : (H+rows)*c.Dim]
 		for t := 0; t < rows; t++ {
 			rmsnorm(xb[t*c.Dim:(t+1)*c.Dim], x[t*c.Dim:(t+1)*c.Dim], m.w.FinalNorm, c.NormEps)
 		}
-		r.out = grow(r.out, rows*m.w.Head.Rows)
-		m.matmul(r.out, &m.w.Head, xb, rows)
-		res[i].Logits = r.out
+		heads = append(heads, headRows{i, H, rows})
+		H += rows
+	}
+	if H == 0 {
+		return res
+	}
+	V := m.w.Head.Rows
+	if len(heads) == 1 {
+		// One step: straight into its request's buffer.
+		h := heads[0]
+		r := steps[h.step].Req
+		r.out = grow(r.out, h.rows*V)
+		m.matmul(r.out, &m.w.Head, sc.xb[:H*c.Dim], H)
+		res[h.step].Logits = r.out
+		return res
+	}
+	sc.logits = grow(sc.logits, H*V)
+	m.matmul(sc.logits, &m.w.Head, sc.xb[:H*c.Dim], H)
+	for _, h := range heads {
+		r := steps[h.step].Req
+		r.out = grow(r.out, h.rows*V)
+		copy(r.out, sc.logits[h.from*V:(h.from+h.rows)*V])
+		res[h.step].Logits = r.out
 	}
 	return res
 }
