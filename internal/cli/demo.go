@@ -105,7 +105,15 @@ func runDemo(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 			args = append(args, "--bootstrap", strings.Join(boot, ","))
 		}
 		cmd := exec.CommandContext(ctx, self, args...)
-		cmd.Stderr = env.Stderr
+		// Each node's own messages (warnings, its drain at the end) go to
+		// a log file, so that the story is what the terminal shows.
+		logPath := filepath.Join(dir, fmt.Sprintf("node%d.log", i))
+		logf, err := os.Create(logPath)
+		if err != nil {
+			return err
+		}
+		defer logf.Close()
+		cmd.Stderr = logf
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			return err
@@ -116,7 +124,8 @@ func runDemo(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 		procs = append(procs, cmd)
 		line, err := bufio.NewReader(out).ReadString('\n')
 		if err != nil {
-			return fmt.Errorf("node %d did not start: %w", i, err)
+			msg, _ := os.ReadFile(logPath)
+			return fmt.Errorf("node %d did not start: %w (its log, %s: %s)", i, err, logPath, strings.TrimSpace(string(msg)))
 		}
 		var info struct {
 			PeerID string   `json:"peer_id"`
@@ -126,7 +135,7 @@ func runDemo(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 		if err := json.Unmarshal([]byte(line), &info); err != nil {
 			return fmt.Errorf("node %d: %q: %w", i, line, err)
 		}
-		fmt.Fprintf(env.Stderr, "node %d: %s layers %v\n", i, info.PeerID, info.Layers)
+		fmt.Fprintf(env.Stderr, "node %d: %s layers %v (log: %s)\n", i, info.PeerID, info.Layers, logPath)
 		if i == 0 {
 			boot = info.Addrs
 		}
