@@ -32,10 +32,10 @@ import (
 
 	"github.com/pipeshard/pipeshard/internal/generate"
 	"github.com/pipeshard/pipeshard/internal/testmodel"
+	"github.com/pipeshard/pipeshard/internal/teststore"
 	"github.com/pipeshard/pipeshard/internal/wire"
 	"github.com/pipeshard/pipeshard/node"
 	"github.com/pipeshard/pipeshard/ovrt"
-	"github.com/pipeshard/pipeshard/ovrt/checkpoint"
 	"github.com/pipeshard/pipeshard/ovrt/sample"
 	"github.com/pipeshard/pipeshard/shards"
 	"github.com/pipeshard/pipeshard/swarm"
@@ -227,33 +227,12 @@ func buildPrep(model, tok string) (*prep, error) {
 	if err != nil {
 		return nil, err
 	}
-	w, err := checkpoint.LoadLlama2C(model, 0, 0)
-	if err != nil {
-		return nil, err
-	}
-	tb, err := os.ReadFile(tok)
-	if err != nil {
-		return nil, err
-	}
-	st, err := shards.Open(dir)
+	st, err := teststore.Build(ctx, dir, model, tok, teststore.Cut{Ranges: []shards.Stage{{Start: 0, End: 3}, {Start: 3, End: 6}}}, teststore.Cut{Balanced: 2})
 	if err != nil {
 		return nil, err
 	}
 	defer st.Close()
-	m, mc, err := st.Import(ctx, shards.Source{Name: "stories15M", Weights: w, Tokenizer: tb, TokFormat: "llama2c"}, nil)
-	if err != nil {
-		return nil, err
-	}
-	if m, mc, err = st.Split(ctx, mc, []shards.Stage{{Start: 0, End: 3}, {Start: 3, End: 6}}, ovrt.F32, "ranges", nil); err != nil {
-		return nil, err
-	}
-	stages, err := shards.BalancedSplit(shards.CostsOf(m.Config, ovrt.F32, ovrt.F32), shards.DefaultProfile, 2)
-	if err != nil {
-		return nil, err
-	}
-	if m, mc, err = st.Split(ctx, mc, stages, ovrt.F32, "balanced", nil); err != nil {
-		return nil, err
-	}
+	w, m, mc := st.Weights, st.Manifest, st.MC
 	p := &prep{dir: dir, manifest: m, mc: mc.String(), cfg: w.Config}
 	if p.whole, err = ovrt.Compile(w); err != nil {
 		return nil, err

@@ -15,9 +15,9 @@ import (
 	"github.com/pipeshard/pipeshard/internal/generate"
 	"github.com/pipeshard/pipeshard/internal/status"
 	"github.com/pipeshard/pipeshard/internal/testmodel"
+	"github.com/pipeshard/pipeshard/internal/teststore"
 	"github.com/pipeshard/pipeshard/node"
 	"github.com/pipeshard/pipeshard/ovrt"
-	"github.com/pipeshard/pipeshard/ovrt/checkpoint"
 	"github.com/pipeshard/pipeshard/ovrt/sample"
 	"github.com/pipeshard/pipeshard/shards"
 	"github.com/pipeshard/pipeshard/swarm"
@@ -51,41 +51,17 @@ func getFixture(t testing.TB) *fixture {
 }
 
 func buildFixture(model, tok string) (*fixture, error) {
-	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "swarm-fixture-")
 	if err != nil {
 		return nil, err
 	}
-	w, err := checkpoint.LoadLlama2C(model, 0, 0)
+	st, err := teststore.Build(context.Background(), dir, model, tok, teststore.Cut{Balanced: 2}, teststore.Cut{Balanced: 3})
 	if err != nil {
 		return nil, err
 	}
-	tb, err := os.ReadFile(tok)
-	if err != nil {
-		return nil, err
-	}
-	st, err := shards.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	m, mc, err := st.Import(ctx, shards.Source{Name: "stories15M", Weights: w, Tokenizer: tb, TokFormat: "llama2c"}, nil)
-	if err != nil {
-		return nil, err
-	}
-	f := &fixture{dir: dir, store: st, layouts: map[int]shards.Layout{1: m.Layouts[0]}}
-	cs := shards.CostsOf(m.Config, ovrt.F32, ovrt.F32)
-	for _, n := range []int{2, 3} {
-		stages, err := shards.BalancedSplit(cs, shards.DefaultProfile, n)
-		if err != nil {
-			return nil, err
-		}
-		if m, mc, err = st.Split(ctx, mc, stages, ovrt.F32, "balanced", nil); err != nil {
-			return nil, err
-		}
-		f.layouts[n] = m.Layouts[len(m.Layouts)-1]
-	}
-	f.manifest, f.mc = m, mc
-	if f.whole, err = ovrt.Compile(w); err != nil {
+	f := &fixture{dir: dir, store: st.Store, manifest: st.Manifest, mc: st.MC,
+		layouts: map[int]shards.Layout{1: st.Whole, 2: st.Cuts[0], 3: st.Cuts[1]}}
+	if f.whole, err = ovrt.Compile(st.Weights); err != nil {
 		return nil, err
 	}
 	return f, nil

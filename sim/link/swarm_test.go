@@ -16,9 +16,9 @@ import (
 
 	"github.com/pipeshard/pipeshard/internal/generate"
 	"github.com/pipeshard/pipeshard/internal/testmodel"
+	"github.com/pipeshard/pipeshard/internal/teststore"
 	"github.com/pipeshard/pipeshard/node"
 	"github.com/pipeshard/pipeshard/ovrt"
-	"github.com/pipeshard/pipeshard/ovrt/checkpoint"
 	"github.com/pipeshard/pipeshard/ovrt/sample"
 	"github.com/pipeshard/pipeshard/shards"
 	"github.com/pipeshard/pipeshard/sim/link"
@@ -61,29 +61,11 @@ func buildModel(bin, tok string) (*model, error) {
 	if err != nil {
 		return nil, err
 	}
-	w, err := checkpoint.LoadLlama2C(bin, 0, 0)
+	st, err := teststore.Build(ctx, dir, bin, tok, teststore.Cut{Balanced: 3})
 	if err != nil {
 		return nil, err
 	}
-	tb, err := os.ReadFile(tok)
-	if err != nil {
-		return nil, err
-	}
-	st, err := shards.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	m, mc, err := st.Import(ctx, shards.Source{Name: "stories15M", Weights: w, Tokenizer: tb, TokFormat: "llama2c"}, nil)
-	if err != nil {
-		return nil, err
-	}
-	stages, err := shards.BalancedSplit(shards.CostsOf(m.Config, ovrt.F32, ovrt.F32), shards.DefaultProfile, 3)
-	if err != nil {
-		return nil, err
-	}
-	if m, mc, err = st.Split(ctx, mc, stages, ovrt.F32, "balanced", nil); err != nil {
-		return nil, err
-	}
+	w := st.Weights
 	whole, err := ovrt.Compile(w, ovrt.WithThreads(1))
 	if err != nil {
 		return nil, err
@@ -97,7 +79,7 @@ func buildModel(bin, tok string) (*model, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &model{store: st, manifest: m, mc: mc, layout: m.Layouts[len(m.Layouts)-1], want: r.IDs}, nil
+	return &model{store: st.Store, manifest: st.Manifest, mc: st.MC, layout: st.Cuts[0], want: r.IDs}, nil
 }
 
 // logger sends warnings and errors to the test's output.
