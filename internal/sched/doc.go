@@ -130,18 +130,17 @@
 //
 // # Driving it from a simulator
 //
-// sim/scale's nodes keep a FIFO queue and start a batch first come, first
-// served (startBatch). To use this scheduler instead, a simulated node
-// would hold a Sched, with now the simulation's clock: Open when a
-// session's chain is built (client = the simulated client, limited for
-// every hop but the last); on a job's arrival event, Arrive (a simulated
-// client sends only while its credit is positive) and then Next; for a
-// Ready batch, schedule the batch-done event at now + the stage's service
-// time for the batch's tokens; for a Wait, schedule a wake-up event at
-// now+Wait that calls Next; on batch done, Done, deliver each Credit
-// upstream after the one-way delay to the previous hop (whose Grant then
-// calls Next there), pass the jobs on, and call Next again; Close when a
-// session ends or its node dies. Every decision is then a pure function of
-// the event sequence, as the simulator requires. pipeline_test.go does
-// exactly this for a small route.
+// sim/scale's nodes each hold a Sched, with now the simulation's clock
+// (sim/scale/sim.go: enter, leave, arrive, kick, wake, batchDone): Open
+// when a session's route is built (each simulated session its own
+// client); on a job's arrival event, Arrive and then Next; for a Ready
+// batch, schedule the batch-done event at now + the stage's service time
+// for the batch's tokens; for a Wait, schedule a wake-up event at
+// now+Wait that calls Next; on batch done, Done, pass the jobs on, and
+// call Next again; Close when a session leaves the node; a new Sched when
+// the node stops serving. Every decision is then a pure function of the
+// event sequence, as the simulator requires. The simulation models no
+// credit messages (a session has one job in flight on its route), so its
+// sessions' credit is unbounded; pipeline_test.go drives credits and
+// grants between hops for a small route.
 package sched

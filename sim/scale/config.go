@@ -219,8 +219,8 @@ type Swarm struct {
 	MemoryGB [2]float64 `json:"memory_gb"`
 	Speed    Speed      `json:"speed"`
 	// MaxBatchTokens caps the tokens a node computes in one forward
-	// pass: it takes queued work first come first served up to this many
-	// tokens (at least one request).
+	// pass: its scheduler's batch budget (sched.Config.BatchTokens; a
+	// larger request runs alone).
 	MaxBatchTokens int `json:"max_batch_tokens"`
 	// LoadBytesPerSec is how fast a node gets its shard ready, on joining
 	// and on moving: it serves after shard bytes / LoadBytesPerSec.

@@ -84,9 +84,10 @@
 // every node's status would (a test checks it) at a cost that does not
 // grow with the swarm.
 //
-// Nodes compute. A node takes the requests queued at it first come first
-// served, up to Swarm.MaxBatchTokens tokens (at least one request), into
-// one forward pass that costs the roofline time
+// Nodes compute. A node schedules the requests queued at it with the real
+// node's scheduler (internal/sched: round robin between sessions, the
+// gathering window, a budget of Swarm.MaxBatchTokens tokens a batch),
+// and a batch is one forward pass that costs the roofline time
 //
 //	max((weights + KV × sequences) / bytes_per_s, MACs × tokens / MACs_per_s)
 //

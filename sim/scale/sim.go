@@ -8,9 +8,11 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/pipeshard/pipeshard/internal/route"
+	"github.com/pipeshard/pipeshard/internal/sched"
 	"github.com/pipeshard/pipeshard/shards"
 )
 
@@ -42,6 +44,7 @@ const (
 	evDrained                 // node a (incarnation b) ends its drain
 	evCoverage                // sample coverage
 	evTimeout                 // session a gives up if still open
+	evWake                    // node a (incarnation b)'s gathering window ends
 )
 
 // event is one entry of the event queue: what happens at virtual time at.
@@ -111,12 +114,15 @@ type node struct {
 	computeMicros float64
 	viewPos       int32 // index in sim.view, -1 if absent
 
-	queue      []job // first come first served from qhead
-	qhead      int
-	queued     int // tokens waiting in queue
-	busy       bool
+	// The stage's scheduler: the node's own (internal/sched), driven in
+	// virtual time. jobs holds the payload of each job it has queued.
+	sched      *sched.Sched
+	jobs       map[sched.JobID]job
+	queued     int // tokens waiting in the scheduler
 	batch      []job
 	batchTok   int
+	batchDur   time.Duration
+	wakeAt     time.Duration      // a pending evWake, 0 if none
 	uplinkFree time.Duration      // when its uplink finishes what it is sending
 	sessions   map[int32]struct{} // sessions whose route holds it
 
@@ -323,6 +329,8 @@ func (s *sim) handle(e event) {
 		s.arrive(e.a, e.j)
 	case evBatch:
 		s.batchDone(e.a, e.b)
+	case evWake:
+		s.wake(e.a, e.b)
 	case evToken:
 		s.token(e.a, e.b)
 	case evFailover:
@@ -543,6 +551,7 @@ func (s *sim) serve(ni int32) {
 	n := s.nodes[ni]
 	n.state = stServing
 	n.servingSince = s.now
+	s.resetSched(n)
 	s.servingMil[n.stage] += n.capMil
 	n.viewPos = int32(len(s.view))
 	s.view = append(s.view, s.server(n))
@@ -600,9 +609,23 @@ func (s *sim) stopServing(ni int32) {
 		s.interrupt(id, n.id)
 	}
 	clear(n.sessions)
-	n.queue, n.qhead, n.queued = n.queue[:0], 0, 0
-	n.batch, n.batchTok, n.busy = n.batch[:0], 0, false
+	s.resetSched(n)
 }
+
+// resetSched gives n a new, empty scheduler: its queued work is dropped.
+func (s *sim) resetSched(n *node) {
+	sc, err := sched.New(sched.Config{Credit: simCredit, BatchTokens: s.cfg.Swarm.MaxBatchTokens})
+	if err != nil {
+		panic(err) // the config was validated
+	}
+	n.sched, n.jobs, n.queued = sc, map[sched.JobID]job{}, 0
+	n.batch, n.batchTok, n.batchDur, n.wakeAt = n.batch[:0], 0, 0, 0
+}
+
+// simCredit is each session's credit at a node's scheduler. The
+// simulation models no credit messages (a session has one job in flight
+// on its route), so credit never holds a job back.
+const simCredit = 1 << 16
 
 func (s *sim) die(ni int32) {
 	n := s.nodes[ni]
@@ -815,7 +838,13 @@ func (s *sim) enter(id int32, hops []int32) {
 	ss := s.sess[id]
 	ss.route = hops
 	for _, ni := range hops {
-		s.nodes[ni].sessions[id] = struct{}{}
+		n := s.nodes[ni]
+		n.sessions[id] = struct{}{}
+		// Each session is its own client: the scheduler shares batches
+		// round robin between them.
+		if n.sched != nil {
+			n.sched.Open(sched.SessionID(id), strconv.Itoa(int(id)), false)
+		}
 	}
 }
 
@@ -829,6 +858,12 @@ func (s *sim) leave(id int32) {
 			continue
 		}
 		delete(n.sessions, id)
+		if n.sched != nil {
+			for _, j := range n.sched.Close(sched.SessionID(id)) {
+				n.queued -= j.Tokens
+				delete(n.jobs, j.ID)
+			}
+		}
 		if n.state == stDraining && len(n.sessions) == 0 {
 			s.move(ni)
 		}
@@ -872,52 +907,67 @@ func (s *sim) stale(j job) bool {
 	return ss.state != ssActive || ss.epoch != j.epoch
 }
 
-// arrive queues a job at a node, and starts a batch if it is idle.
+// arrive queues a job at a node's scheduler and asks it what to run.
 func (s *sim) arrive(ni int32, j job) {
 	n := s.nodes[ni]
-	if s.stale(j) || (n.state != stServing && n.state != stDraining) {
+	if s.stale(j) || (n.state != stServing && n.state != stDraining) || n.sched == nil {
 		return
 	}
-	n.queue = append(n.queue, j)
+	sj, err := n.sched.Arrive(s.now, sched.SessionID(j.sess), int(j.tokens), 0)
+	if err != nil {
+		panic(fmt.Sprintf("scale: node %d: %v", ni, err)) // the session is open and credit unbounded
+	}
+	n.jobs[sj.ID] = j
 	n.queued += int(j.tokens)
-	if !n.busy {
-		s.startBatch(ni)
+	s.kick(ni)
+}
+
+// kick runs the scheduler's decision: a batch starts (its compute is the
+// stage's service time for its tokens and size), or a gathering window
+// sets a wake-up, or nothing is ready.
+func (s *sim) kick(ni int32) {
+	n := s.nodes[ni]
+	for !n.sched.Busy() {
+		rd := n.sched.Next(s.now)
+		if len(rd.Batch) == 0 {
+			if rd.Wait > 0 && (n.wakeAt == 0 || s.now+rd.Wait < n.wakeAt) {
+				n.wakeAt = s.now + rd.Wait
+				s.schedule(n.wakeAt, evWake, ni, n.inc, job{})
+			}
+			return
+		}
+		n.batch = n.batch[:0]
+		tokens := 0
+		for _, sj := range rd.Batch {
+			j := n.jobs[sj.ID]
+			delete(n.jobs, sj.ID)
+			n.queued -= sj.Tokens
+			if s.stale(j) {
+				continue
+			}
+			n.batch = append(n.batch, j)
+			tokens += sj.Tokens
+		}
+		if len(n.batch) == 0 {
+			n.sched.Done(s.now, 0) // only stale work: nothing to compute
+			continue
+		}
+		d := seconds(s.m.stages[n.stage].service(n.prof, tokens, len(n.batch)))
+		n.batchTok, n.batchDur = tokens, d
+		n.busyTime += d
+		s.schedule(s.now+d, evBatch, ni, n.inc, job{})
+		return
 	}
 }
 
-// startBatch takes queued work first come first served, up to
-// MaxBatchTokens (at least one job), into one forward pass.
-func (s *sim) startBatch(ni int32) {
+// wake ends a gathering window.
+func (s *sim) wake(ni int32, inc uint32) {
 	n := s.nodes[ni]
-	n.batch = n.batch[:0]
-	tokens := 0
-	for n.qhead < len(n.queue) {
-		j := n.queue[n.qhead]
-		if !s.stale(j) && len(n.batch) > 0 && tokens+int(j.tokens) > s.cfg.Swarm.MaxBatchTokens {
-			break
-		}
-		n.qhead++
-		n.queued -= int(j.tokens)
-		if s.stale(j) {
-			continue
-		}
-		n.batch = append(n.batch, j)
-		tokens += int(j.tokens)
-	}
-	if n.qhead == len(n.queue) {
-		n.queue, n.qhead = n.queue[:0], 0
-	} else if n.qhead > 1024 && n.qhead > len(n.queue)/2 {
-		n.queue = append(n.queue[:0], n.queue[n.qhead:]...)
-		n.qhead = 0
-	}
-	if len(n.batch) == 0 {
-		n.busy = false
+	if n.inc != inc || (n.state != stServing && n.state != stDraining) || n.wakeAt != s.now {
 		return
 	}
-	d := seconds(s.m.stages[n.stage].service(n.prof, tokens, len(n.batch)))
-	n.busy, n.batchTok = true, tokens
-	n.busyTime += d
-	s.schedule(s.now+d, evBatch, ni, n.inc, job{})
+	n.wakeAt = 0
+	s.kick(ni)
 }
 
 // batchDone passes each job of a finished batch on: to the next hop, or
@@ -942,8 +992,9 @@ func (s *sim) batchDone(ni int32, inc uint32) {
 		at := s.now + s.oneway(n.region, n.access, ss.region, ss.access)
 		s.schedule(at, evToken, j.sess, j.epoch, job{})
 	}
-	n.batch, n.batchTok, n.busy = n.batch[:0], 0, false
-	s.startBatch(ni)
+	n.batch, n.batchTok = n.batch[:0], 0
+	n.sched.Done(s.now, n.batchDur)
+	s.kick(ni)
 }
 
 // inWindow says whether now is inside the measured window.
