@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,7 +90,7 @@ func TestThirtyNodeSwarm(t *testing.T) {
 			select {
 			case <-done:
 			case <-time.After(30 * time.Second):
-				t.Errorf("node %d: Close did not return within 30 s", i)
+				t.Errorf("node %d: Close did not return within 30 s; where it waits:\n%s", i, closeStacks())
 			}
 		})
 		go nd.Run(ctx)
@@ -163,4 +165,17 @@ func TestThirtyNodeSwarm(t *testing.T) {
 	if fmt.Sprint(res.IDs) != fmt.Sprint(want.IDs) {
 		t.Fatalf("swarm %v\nlocal %v", res.IDs, want.IDs)
 	}
+}
+
+// closeStacks returns the stacks of the goroutines inside a node's Close.
+func closeStacks() string {
+	buf := make([]byte, 8<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "node.(*Node).Close") {
+			out = append(out, g)
+		}
+	}
+	return strings.Join(out, "\n\n")
 }
