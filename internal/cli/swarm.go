@@ -161,8 +161,6 @@ func swarmGenerate(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 		return usagef("--batch %d: want at least 1", batch)
 	case batch > 1 && g.logitsOut != "":
 		return usagef("--logits-out takes one sequence, not --batch %d", batch)
-	case batch > 1 && g.speculate != "none":
-		return usagef("--speculate takes one sequence, not --batch %d", batch)
 	}
 	hops, plan, provs, err := c.FindRoute(fctx, m, nil)
 	if err != nil {
@@ -308,9 +306,22 @@ func swarmBatch(ctx context.Context, env *Env, c *swarm.Client, m *shards.Manife
 			r.seed = g.sampling.Seed + uint64(i)
 			opts := g.opts
 			opts.Seed, opts.OnToken, opts.OnPromptLogits = r.seed, nil, nil
-			if vo != nil {
+			switch {
+			case g.speculate != "none":
+				// Each sequence drafts on its own: a draft model keeps
+				// the sequence's cache and draws with its seed.
+				gi := *g
+				gi.sampling.Seed = r.seed
+				d, closeDraft, err := gi.drafter(ctx, env)
+				if err != nil {
+					r.err = err
+					break
+				}
+				r.res, r.err = generate.RunSpeculative(ctx, s, d, g.promptIDs, opts, generate.SpecOptions{K: g.specK, Sampling: gi.sampling})
+				closeDraft()
+			case vo != nil:
 				r.res, r.err = swarm.Generate(ctx, s, g.promptIDs, opts, nil)
-			} else {
+			default:
 				r.res, r.err = generate.Run(ctx, s, g.promptIDs, opts)
 			}
 			r.fo, r.vs = s.Failovers(), s.Verification()
@@ -378,6 +389,11 @@ func swarmBatch(ctx context.Context, env *Env, c *swarm.Client, m *shards.Manife
 			e["error"] = r.err.Error()
 		}
 		e["failovers"] = failoversJSON(r.fo)
+		e["traversals"] = r.res.Traversals
+		if g.speculate != "none" {
+			e["speculative"] = map[string]any{"mode": g.speculate, "drafted": r.res.Drafted, "accepted": r.res.Accepted,
+				"acceptance_rate": r.res.AcceptanceRate(), "tokens_per_traversal": r.res.TokensPerTraversal()}
+		}
 		if vo != nil {
 			e["verification"] = r.vs
 		}
