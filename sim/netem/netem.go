@@ -379,8 +379,10 @@ func (n *Net) shutdown(reason error) error {
 			n.stopCtx()
 		}
 		n.closeErr = n.teardown()
-		close(n.done)
+		// Log before Done: a caller done with the Net once Done is closed
+		// (a test whose logger is its own) sees no later writes.
 		n.log.Info("netem: closed", "reason", reason, "err", n.closeErr)
+		close(n.done)
 	})
 	return n.closeErr
 }
