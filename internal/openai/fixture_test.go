@@ -106,12 +106,21 @@ func buildFixture(model, tokPath string) (_ *fixture, err error) {
 
 // startNode runs a node hosting shard, bootstrapped from the first node.
 func (f *fixture) startNode(ctx context.Context, name, shard string) (*node.Node, error) {
+	return f.start(ctx, name, shard, false)
+}
+
+// startNodeAlone runs a node hosting shard in a swarm of its own.
+func (f *fixture) startNodeAlone(ctx context.Context, name, shard string) (*node.Node, error) {
+	return f.start(ctx, name, shard, true)
+}
+
+func (f *fixture) start(ctx context.Context, name, shard string, alone bool) (*node.Node, error) {
 	home := filepath.Join(f.dir, name)
 	if err := f.copyTo(home, shard, f.st.MC.String(), f.st.Manifest.Tokenizer.CID); err != nil {
 		return nil, err
 	}
 	cfg := node.Config{Home: home, Shard: shard, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Threads: 1}
-	if len(f.nodes) > 0 {
+	if len(f.nodes) > 0 && !alone {
 		cfg.Bootstrap = f.nodes[0].Addrs()
 	}
 	n, err := node.New(ctx, cfg)

@@ -202,16 +202,16 @@ func paramErr(param, format string, args ...any) error {
 
 // job is a validated request, ready to run.
 type job struct {
-	chat          bool
-	prompt        []int
-	maxTokens     int
-	temperature   float64
-	topP          float64
-	seed          uint64
-	stop          []string
-	n             int
-	stream        bool
-	includeUsage  bool
+	chat         bool
+	prompt       []int
+	maxTokens    int
+	temperature  float64
+	topP         float64
+	seed         uint64
+	stop         []string
+	n            int
+	stream       bool
+	includeUsage bool
 }
 
 // params validates the parameters both endpoints take; maxTokens is the

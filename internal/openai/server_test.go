@@ -255,3 +255,206 @@ func TestGreedyLikeLocal(t *testing.T) {
 		})
 	}
 }
+
+// chunkText adds up the streamed text of each choice, checking the
+// chunks' shape; it returns the texts, finish reasons and the usage chunk.
+func chunkText(t testing.TB, data []string, chat bool, n int) (texts, finish []string, usage *openai.Usage) {
+	t.Helper()
+	texts, finish = make([]string, n), make([]string, n)
+	roles := make([]bool, n)
+	for _, d := range data {
+		if usage != nil {
+			t.Fatalf("chunk %s after the usage chunk", d)
+		}
+		var raw map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(d), &raw); err != nil {
+			t.Fatal(err)
+		}
+		if chat {
+			var c openai.ChatCompletion
+			json.Unmarshal([]byte(d), &c)
+			if c.Object != "chat.completion.chunk" || c.ID == "" {
+				t.Fatalf("chunk %s", d)
+			}
+			if c.Usage != nil {
+				if len(c.Choices) != 0 {
+					t.Fatalf("usage chunk with choices: %s", d)
+				}
+				usage = c.Usage
+				continue
+			}
+			for _, ch := range c.Choices {
+				if finish[ch.Index] != "" {
+					t.Fatalf("choice %d: chunk after its finish: %s", ch.Index, d)
+				}
+				if ch.Delta == nil {
+					t.Fatalf("chat chunk without delta: %s", d)
+				}
+				if !roles[ch.Index] {
+					if ch.Delta.Role != "assistant" {
+						t.Fatalf("choice %d: first delta has no role: %s", ch.Index, d)
+					}
+					roles[ch.Index] = true
+				}
+				if ch.Delta.Content != nil {
+					texts[ch.Index] += *ch.Delta.Content
+				}
+				if ch.FinishReason != nil {
+					finish[ch.Index] = *ch.FinishReason
+				}
+			}
+			continue
+		}
+		var c openai.Completion
+		json.Unmarshal([]byte(d), &c)
+		if c.Object != "text_completion" || c.ID == "" {
+			t.Fatalf("chunk %s", d)
+		}
+		if c.Usage != nil {
+			if len(c.Choices) != 0 {
+				t.Fatalf("usage chunk with choices: %s", d)
+			}
+			usage = c.Usage
+			continue
+		}
+		for _, ch := range c.Choices {
+			if finish[ch.Index] != "" {
+				t.Fatalf("choice %d: chunk after its finish: %s", ch.Index, d)
+			}
+			texts[ch.Index] += ch.Text
+			if ch.FinishReason != nil {
+				finish[ch.Index] = *ch.FinishReason
+			}
+		}
+	}
+	for i := range n {
+		if finish[i] == "" {
+			t.Fatalf("choice %d never finished", i)
+		}
+	}
+	return texts, finish, usage
+}
+
+// TestStreamUsage: include_usage adds one last chunk with the usage and
+// no choices; without it there is none.
+func TestStreamUsage(t *testing.T) {
+	f := getFixture(t)
+	prompt := f.tok.Encode(story, true)
+	want := f.text(prompt, f.local(t, prompt, 8, sample.Params{}))
+	for _, chat := range []bool{false, true} {
+		for _, include := range []bool{false, true} {
+			t.Run(fmt.Sprintf("chat=%v/include_usage=%v", chat, include), func(t *testing.T) {
+				body := fmt.Sprintf(`{"model": "stories15M", "stream": true, "max_tokens": 8, "temperature": 0, "stream_options": {"include_usage": %v}, `, include)
+				path := "/v1/completions"
+				if chat {
+					body += `"messages": [{"role": "user", "content": "` + story + `"}]}`
+					path = "/v1/chat/completions"
+				} else {
+					body += `"prompt": "` + story + `"}`
+				}
+				data, done := events(t, post(t, f.srv.URL+path, body))
+				if !done {
+					t.Fatal("no [DONE]")
+				}
+				texts, finish, usage := chunkText(t, data, chat, 1)
+				if texts[0] != want || finish[0] != "length" {
+					t.Fatalf("streamed %q (%s), want %q (length)", texts[0], finish[0], want)
+				}
+				switch {
+				case include && (usage == nil || usage.PromptTokens != len(prompt) || usage.CompletionTokens != 8 || usage.TotalTokens != len(prompt)+8):
+					t.Fatalf("usage %+v", usage)
+				case !include && usage != nil:
+					t.Fatalf("usage chunk without include_usage: %+v", usage)
+				}
+			})
+		}
+	}
+}
+
+// TestStop: the output ends before the first stop sequence, with
+// finish_reason "stop", streamed or not, and no streamed chunk holds any
+// of the stop text.
+func TestStop(t *testing.T) {
+	f := getFixture(t)
+	prompt := f.tok.Encode(story, true)
+	full := f.text(prompt, f.local(t, prompt, 40, sample.Params{}))
+	// Stop at a word in the middle of the greedy text, given as two
+	// stops; the earlier occurrence wins.
+	words := strings.Fields(full)
+	if len(words) < 8 {
+		t.Fatalf("greedy text too short: %q", full)
+	}
+	stopWord := " " + words[len(words)/2]
+	at := strings.Index(full, stopWord)
+	want := full[:at]
+	for _, stops := range []string{`"` + stopWord + `"`, `["zzzz", "` + stopWord + `"]`} {
+		for _, stream := range []bool{false, true} {
+			t.Run(fmt.Sprintf("stop=%s/stream=%v", stops, stream), func(t *testing.T) {
+				body := fmt.Sprintf(`{"model": "stories15M", "prompt": "%s", "max_tokens": 40, "temperature": 0, "stop": %s, "stream": %v}`, story, stops, stream)
+				resp := post(t, f.srv.URL+"/v1/completions", body)
+				if !stream {
+					var c openai.Completion
+					decodeJSON(t, resp, 200, &c)
+					if c.Choices[0].Text != want || *c.Choices[0].FinishReason != "stop" {
+						t.Fatalf("text %q (%s), want %q (stop)", c.Choices[0].Text, *c.Choices[0].FinishReason, want)
+					}
+					if c.Usage.CompletionTokens >= 40 {
+						t.Fatalf("generation went on after the stop: %+v", c.Usage)
+					}
+					return
+				}
+				data, done := events(t, resp)
+				if !done {
+					t.Fatal("no [DONE]")
+				}
+				texts, finish, _ := chunkText(t, data, false, 1)
+				if texts[0] != want || finish[0] != "stop" {
+					t.Fatalf("streamed %q (%s), want %q (stop)", texts[0], finish[0], want)
+				}
+				for _, d := range data {
+					if strings.Contains(d, strings.TrimSpace(stopWord)) && strings.Count(want, strings.TrimSpace(stopWord)) == 0 {
+						t.Fatalf("chunk %s holds the stop text", d)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestN: n choices, each its own sequence with seed + i, streamed or not.
+func TestN(t *testing.T) {
+	f := getFixture(t)
+	prompt := f.tok.Encode(story, true)
+	const n, tokens, seed = 3, 12, 100
+	want := make([]string, n)
+	for i := range n {
+		want[i] = f.text(prompt, f.local(t, prompt, tokens, sample.Params{Temp: 1, Seed: seed + uint64(i)}))
+	}
+	if want[0] == want[1] && want[1] == want[2] {
+		t.Fatalf("the seeds give one text: %q", want[0])
+	}
+	body := fmt.Sprintf(`{"model": "stories15M", "messages": [{"role": "user", "content": "%s"}], "max_tokens": %d, "temperature": 1, "seed": %d, "n": %d`, story, tokens, seed, n)
+	var c openai.ChatCompletion
+	decodeJSON(t, post(t, f.srv.URL+"/v1/chat/completions", body+"}"), 200, &c)
+	if len(c.Choices) != n {
+		t.Fatalf("%d choices", len(c.Choices))
+	}
+	for i, ch := range c.Choices {
+		if ch.Index != i || *ch.Message.Content != want[i] {
+			t.Fatalf("choice %d (index %d): %q, want %q", i, ch.Index, *ch.Message.Content, want[i])
+		}
+	}
+	if c.Usage.PromptTokens != len(prompt) || c.Usage.CompletionTokens != n*tokens {
+		t.Fatalf("usage %+v", c.Usage)
+	}
+	data, done := events(t, post(t, f.srv.URL+"/v1/chat/completions", body+`, "stream": true}`))
+	if !done {
+		t.Fatal("no [DONE]")
+	}
+	texts, _, _ := chunkText(t, data, true, n)
+	for i := range n {
+		if texts[i] != want[i] {
+			t.Fatalf("streamed choice %d: %q, want %q", i, texts[i], want[i])
+		}
+	}
+}

@@ -1,0 +1,170 @@
+package openai_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pipeshard/pipeshard/internal/openai"
+	"github.com/pipeshard/pipeshard/ovrt/sample"
+)
+
+// recordGen passes sequences on to the swarm and reports how each ended.
+type recordGen struct {
+	g    openai.Generator
+	done chan error
+}
+
+func (r *recordGen) Generate(ctx context.Context, req openai.Request, emit func(int) bool) (openai.Result, error) {
+	res, err := r.g.Generate(ctx, req, emit)
+	r.done <- err
+	return res, err
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(d time.Duration, cond func() bool) bool {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		if cond() {
+			return true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return cond()
+}
+
+// TestClientDisconnectCancels: a client that goes away mid-stream ends
+// its sequence, and the sessions on the nodes are closed.
+func TestClientDisconnectCancels(t *testing.T) {
+	f := getFixture(t)
+	rec := &recordGen{g: f.gen, done: make(chan error, 2)}
+	srv := httptest.NewServer(openai.New(f.cfg, rec))
+	defer srv.Close()
+	for _, chat := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(context.Background())
+		body := `{"model": "stories15M", "prompt": "` + story + `", "max_tokens": 200, "temperature": 0, "stream": true}`
+		path := "/v1/completions"
+		if chat {
+			body = `{"model": "stories15M", "messages": [{"role": "user", "content": "` + story + `"}], "max_tokens": 200, "temperature": 0, "stream": true}`
+			path = "/v1/chat/completions"
+		}
+		req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 1)
+		if _, err := resp.Body.Read(buf); err != nil { // the stream has begun
+			t.Fatal(err)
+		}
+		open := 0
+		for _, n := range f.nodes {
+			open += n.Stage.Sessions()
+		}
+		if open != 3 {
+			t.Fatalf("%d sessions open on the nodes mid-stream, want 3", open)
+		}
+		cancel()
+		resp.Body.Close()
+		select {
+		case err := <-rec.done:
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("the sequence ended with %v, want context.Canceled", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the sequence went on after its client left")
+		}
+		if !waitFor(10*time.Second, func() bool {
+			for _, n := range f.nodes {
+				if n.Stage.Sessions() != 0 {
+					return false
+				}
+			}
+			return true
+		}) {
+			for i, n := range f.nodes {
+				t.Logf("node %d: %d sessions", i, n.Stage.Sessions())
+			}
+			t.Fatal("sessions left open on the nodes")
+		}
+	}
+}
+
+// TestConcurrentRequestsBatched: requests at once each get their own
+// session on the shared route, the stages batch their forwards, and each
+// gets the text it gets alone.
+func TestConcurrentRequestsBatched(t *testing.T) {
+	f := getFixture(t)
+	const reqs, tokens = 6, 24
+	prompts := make([]string, reqs)
+	want := make([]string, reqs)
+	for i := range reqs {
+		prompts[i] = fmt.Sprintf("%s there was a %s", story, []string{"cat", "dog", "girl", "boy", "bird", "tree"}[i])
+		ids := f.tok.Encode(prompts[i], true)
+		want[i] = f.text(ids, f.local(t, ids, tokens, sample.Params{}))
+	}
+	var fw0, b0 int64
+	for _, n := range f.nodes {
+		s := n.Stage.Snapshot()
+		fw0, b0 = fw0+s.Forwards, b0+s.Batches
+	}
+	got := make([]string, reqs)
+	var wg sync.WaitGroup
+	for i := range reqs {
+		wg.Go(func() {
+			var c openai.Completion
+			decodeJSON(t, post(t, f.srv.URL+"/v1/completions", fmt.Sprintf(`{"model": "stories15M", "prompt": %q, "max_tokens": %d, "temperature": 0}`, prompts[i], tokens)), 200, &c)
+			got[i] = c.Choices[0].Text
+		})
+	}
+	wg.Wait()
+	for i := range reqs {
+		if got[i] != want[i] {
+			t.Fatalf("request %d: %q, alone in process %q", i, got[i], want[i])
+		}
+	}
+	var fw1, b1 int64
+	for _, n := range f.nodes {
+		s := n.Stage.Snapshot()
+		fw1, b1 = fw1+s.Forwards, b1+s.Batches
+	}
+	t.Logf("%d requests: %d forwards in %d batches on the route's stages", reqs, fw1-fw0, b1-b0)
+	if b1-b0 >= fw1-fw0 {
+		t.Fatalf("%d forwards in %d batches: nothing was batched", fw1-fw0, b1-b0)
+	}
+}
+
+// TestNoRoute: a swarm that lacks some of the model's layers answers 503
+// in OpenAI's error shape, streamed or not.
+func TestNoRoute(t *testing.T) {
+	f := getFixture(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lone, err := f.startNodeAlone(ctx, "lone", f.st.Cuts[0].Shards[0].CID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lone.Close()
+	c, err := f.newClient(lone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	gen := &openai.Swarm{Client: c, Model: f.st.Manifest, FindTimeout: 2 * time.Second}
+	srv := httptest.NewServer(openai.New(f.cfg, gen))
+	defer srv.Close()
+	for _, stream := range []bool{false, true} {
+		var e openai.ErrorBody
+		decodeJSON(t, post(t, srv.URL+"/v1/completions", fmt.Sprintf(`{"model": "stories15M", "prompt": "x", "stream": %v}`, stream)), 503, &e)
+		if e.Error.Code == nil || *e.Error.Code != "model_unavailable" || !strings.Contains(e.Error.Message, "no route") {
+			t.Fatalf("error %+v", e.Error)
+		}
+	}
+}
