@@ -25,19 +25,22 @@ import (
 )
 
 func init() {
-	client := func(fs *flag.FlagSet) {
+	// clientFlags declares a client's flags, its libp2p listen addresses
+	// as listen (serve keeps --listen for its HTTP address).
+	clientFlags := func(fs *flag.FlagSet, listen string) {
 		fs.String("bootstrap", "", "comma-separated full multiaddrs of swarm peers")
 		fs.String("home", filepath.Join(models.Home(), "client"), "client home: cached manifests and tokenizers")
-		fs.String("listen", "", "comma-separated multiaddrs for results to arrive on (default: any port)")
+		fs.String(listen, "", "comma-separated multiaddrs for results to arrive on (default: any port)")
 		fs.Duration("timeout", 60*time.Second, "how long to look for a route")
 		fs.String("log-level", "warn", "debug, info, warn or error")
 		privateFlags(fs)
 		identityFlag(fs)
 	}
+	client := func(fs *flag.FlagSet) { clientFlags(fs, "listen") }
 	register(&Command{
 		Name:  "swarm",
 		Short: "use a swarm: generate through it, list its nodes, show a route",
-		Usage: "generate|ls|route --bootstrap MA --model CID ... | keygen | id",
+		Usage: "generate|serve|ls|route --bootstrap MA --model CID ... | keygen | id",
 		Sub: []*Command{
 			{
 				Name: "generate", Short: "generate text through the swarm",
@@ -56,6 +59,7 @@ as run; --json adds the route and per-hop timings.`,
 				},
 				Run: swarmGenerate,
 			},
+			serveCommand(func(fs *flag.FlagSet) { clientFlags(fs, "p2p-listen") }),
 			{
 				Name: "ls", Short: "list the nodes serving a model and its layer coverage",
 				Examples: []string{`pipeshard swarm ls --bootstrap /ip4/127.0.0.1/tcp/4001/p2p/12D3KooW... --model bafk...`},
@@ -118,8 +122,12 @@ func connect(ctx context.Context, env *Env, fs *flag.FlagSet) (*swarm.Client, ci
 	if err != nil {
 		return nil, cid.Undef, err
 	}
+	listen := splitList(flagString(fs, "listen"))
+	if fs.Lookup("p2p-listen") != nil { // swarm serve: --listen is HTTP
+		listen = splitList(flagString(fs, "p2p-listen"))
+	}
 	if priv.key != nil {
-		if err := node.CheckPrivateAddrs(append(splitList(flagString(fs, "listen")), boot...)); err != nil {
+		if err := node.CheckPrivateAddrs(append(listen, boot...)); err != nil {
 			return nil, cid.Undef, usagef("%v", err)
 		}
 	}
@@ -127,7 +135,7 @@ func connect(ctx context.Context, env *Env, fs *flag.FlagSet) (*swarm.Client, ci
 	if err != nil {
 		return nil, cid.Undef, err
 	}
-	c, err := swarm.New(ctx, swarm.Config{Home: flagString(fs, "home"), Bootstrap: boot, Listen: splitList(flagString(fs, "listen")), Log: log,
+	c, err := swarm.New(ctx, swarm.Config{Home: flagString(fs, "home"), Bootstrap: boot, Listen: listen, Log: log,
 		Key: key, SwarmKey: priv.key, Allow: priv.allow})
 	return c, mc, err
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -211,3 +212,15 @@ func (f *fixture) text(prompt, ids []int) string {
 }
 
 func openStore(home string) (*shards.Store, error) { return shards.Open(home) }
+
+// lockedWriter serializes writes (a command's log, read by the test).
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

@@ -1,0 +1,112 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/pipeshard/pipeshard/internal/openai"
+	"github.com/pipeshard/pipeshard/swarm"
+)
+
+// serveCommand is `swarm serve`; client declares the client flags, with
+// libp2p's listen addresses as --p2p-listen.
+func serveCommand(client func(fs *flag.FlagSet)) *Command {
+	return &Command{
+		Name: "serve", Short: "serve an OpenAI-compatible HTTP API over the swarm",
+		Usage: "--listen ADDR --bootstrap MA --model CID [flags]",
+		Long: `Serves GET /v1/models, POST /v1/completions and POST /v1/chat/completions
+(OpenAI's API, streamed or not) for the model, generating through the swarm.
+Every sequence gets its own session on a shared route, so the stages batch
+concurrent requests; a sequence fails over when a node of its route leaves,
+and --verify checks steps against other providers (streamed text is sent once
+a check has covered it). A request whose client disconnects is cancelled.
+The model is listed under its name; requests may name it or its CID. Chat
+prompts are the messages' contents joined by newlines (stories15M has no
+chat template). --listen is the HTTP address; --p2p-listen the client's
+libp2p addresses. See docs/api.md.`,
+		Examples: []string{
+			`pipeshard swarm serve --listen 127.0.0.1:8080 --bootstrap /ip4/127.0.0.1/tcp/4001/p2p/12D3KooW... --model bafk...`,
+			`curl -s http://127.0.0.1:8080/v1/completions -H 'Content-Type: application/json' -d '{"model": "stories15M", "prompt": "Once upon a time", "max_tokens": 40}'`,
+		},
+		Flags: func(fs *flag.FlagSet) {
+			client(fs)
+			fs.String("model", "", "model CID")
+			fs.String("listen", "127.0.0.1:8080", "HTTP `ADDR`ess to serve the API on (host:port)")
+			fs.Bool("f16", false, "send hidden states as fp16 (half the bytes; may change rare tokens)")
+			fs.String("verify", fmt.Sprint(swarm.DefaultVerifyRate), "check this fraction of steps against other providers of the same shards (all: every step, 0: off); nodes that lie are banned")
+			fs.Int("max-n", 16, "largest n a request may ask for")
+			fs.Int64("max-body", 1<<20, "largest request body in bytes")
+		},
+		Run: swarmServe,
+	}
+}
+
+func swarmServe(ctx context.Context, env *Env, fs *flag.FlagSet) error {
+	log, err := logger(env, flagString(fs, "log-level"))
+	if err != nil {
+		return err
+	}
+	vo, err := verifyFlag(fs)
+	if err != nil {
+		return err
+	}
+	c, mc, err := connect(ctx, env, fs)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	wait := fs.Lookup("timeout").Value.(flag.Getter).Get().(time.Duration)
+	fctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	m, err := c.Resolve(fctx, mc)
+	if err != nil {
+		return err
+	}
+	tok, err := c.Tokenizer(fctx, m)
+	if err != nil {
+		return err
+	}
+	gen := &openai.Swarm{Client: c, Model: m, F16: flagBool(fs, "f16"), FindTimeout: wait, Log: log}
+	if vo != nil {
+		gen.Verify, gen.Bans = vo.Rate, &swarm.Bans{}
+	}
+	api := openai.New(openai.Config{Model: m.Name, Aliases: []string{mc.String()}, Tokenizer: tok, Context: m.Config.Context,
+		MaxN: flagInt(fs, "max-n"), MaxBody: fs.Lookup("max-body").Value.(flag.Getter).Get().(int64), Log: log}, gen)
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", api)
+
+	// Extra handlers are mounted here, beside the API: Prometheus
+	// /metrics (internal/metrics) and the dashboard at / (internal/dashboard)
+	// go on this mux once those packages exist.
+
+	ln, err := net.Listen("tcp", flagString(fs, "listen"))
+	if err != nil {
+		return usagef("--listen %q: %v", flagString(fs, "listen"), err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	fmt.Fprintf(env.Stdout, "serving the OpenAI API for %s (%s) on http://%s/v1\n", m.Name, mc, ln.Addr())
+	// Plan the shared route now, so that the first request need not.
+	go func() {
+		if _, _, err := gen.Route(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("no route yet; requests will look again", "err", err)
+		}
+	}()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer scancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return ctx.Err()
+}
