@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"encoding/binary"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -102,6 +103,37 @@ func FuzzHFConfig(f *testing.F) {
 		}
 		if m.QDim() <= 0 || m.KVDim() <= 0 || m.QDim()%m.KVDim() != 0 {
 			t.Fatalf("bad dims %+v", m.Config)
+		}
+	})
+}
+
+// FuzzHFIndex feeds openHFTensors a model.safetensors.index.json: every
+// tensor it accepts maps to a plain file name inside the directory.
+func FuzzHFIndex(f *testing.F) {
+	f.Add([]byte(`{"metadata":{"total_size":16},"weight_map":{"model.embed_tokens.weight":"model-00001-of-00002.safetensors","lm_head.weight":"model-00002-of-00002.safetensors"}}`))
+	f.Add([]byte(`{"weight_map":{"a":"../secret.safetensors"}}`))
+	f.Add([]byte(`{"weight_map":{}}`))
+	f.Add([]byte(`{"weight_map":{"a":""}}`))
+	f.Add([]byte(`[]`))
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if err := os.WriteFile(filepath.Join(dir, hfIndexFile), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s, err := openHFTensors(dir)
+		if err != nil {
+			if !errors.Is(err, ErrFormat) {
+				t.Fatalf("error %v does not wrap ErrFormat", err)
+			}
+			return
+		}
+		if len(s.weightMap) == 0 {
+			t.Fatal("accepted an index with no weight_map")
+		}
+		for name, file := range s.weightMap {
+			if filepath.Base(file) != file || !filepath.IsLocal(file) {
+				t.Fatalf("tensor %q maps to %q, outside the directory", name, file)
+			}
 		}
 	})
 }
