@@ -33,7 +33,8 @@ own identity and store (the first holds the model, the others fetch their
 shards from it over bitswap), and has a client that knows only the first
 node's address and the model CID find a route through the DHT and generate a
 story. Prints the route and per-hop times.`,
-		Examples: []string{"pipeshard demo", "pipeshard demo --nodes 4 --prompt 'The dragon' -n 200 --temp 0.8 --seed 3"},
+		Examples: []string{"pipeshard demo", "pipeshard demo --nodes 4 --prompt 'The dragon' -n 200 --temp 0.8 --seed 3",
+			"pipeshard demo --serve 127.0.0.1:8080   # the OpenAI API over the demo swarm (docs/api.md)"},
 		Flags: func(fs *flag.FlagSet) {
 			genFlags(fs)
 			fs.Int("nodes", 3, "number of node processes (stages)")
@@ -43,6 +44,7 @@ story. Prints the route and per-hop times.`,
 			fs.Duration("timeout", 2*time.Minute, "how long to wait for the swarm")
 			fs.String("log-level", "warn", "debug, info, warn or error")
 			fs.Bool("f16", false, "send hidden states as fp16")
+			fs.String("serve", "", "instead of a story, serve the OpenAI API on this HTTP `ADDR`ess (host:port) over the demo swarm until interrupted (see swarm serve)")
 			privateFlags(fs)
 			fs.Lookup("prompt").DefValue = "Once upon a time"
 			fs.Set("prompt", "Once upon a time")
@@ -143,6 +145,9 @@ func runDemo(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 	fs.Set("bootstrap", strings.Join(boot, ","))
 	fs.Set("model", st.Model)
 	fs.Set("home", filepath.Join(dir, "client"))
+	if addr := flagString(fs, "serve"); addr != "" {
+		return serveAPI(ctx, env, fs, addr)
+	}
 	return swarmGenerate(ctx, env, fs)
 }
 

@@ -47,6 +47,12 @@ libp2p addresses. See docs/api.md.`,
 }
 
 func swarmServe(ctx context.Context, env *Env, fs *flag.FlagSet) error {
+	return serveAPI(ctx, env, fs, flagString(fs, "listen"))
+}
+
+// serveAPI serves the API on addr for the swarm and model of fs's client
+// flags (demo --serve calls it too, without serve's own flags).
+func serveAPI(ctx context.Context, env *Env, fs *flag.FlagSet, addr string) error {
 	log, err := logger(env, flagString(fs, "log-level"))
 	if err != nil {
 		return err
@@ -72,11 +78,16 @@ func swarmServe(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 		return err
 	}
 	gen := &openai.Swarm{Client: c, Model: m, F16: flagBool(fs, "f16"), FindTimeout: wait, Log: log}
+	var maxN int
+	var maxBody int64
+	if fs.Lookup("max-n") != nil {
+		maxN, maxBody = flagInt(fs, "max-n"), fs.Lookup("max-body").Value.(flag.Getter).Get().(int64)
+	}
 	if vo != nil {
 		gen.Verify, gen.Bans = vo.Rate, &swarm.Bans{}
 	}
 	api := openai.New(openai.Config{Model: m.Name, Aliases: []string{mc.String()}, Tokenizer: tok, Context: m.Config.Context,
-		MaxN: flagInt(fs, "max-n"), MaxBody: fs.Lookup("max-body").Value.(flag.Getter).Get().(int64), Log: log}, gen)
+		MaxN: maxN, MaxBody: maxBody, Log: log}, gen)
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", api)
 
@@ -84,9 +95,9 @@ func swarmServe(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 	// /metrics (internal/metrics) and the dashboard at / (internal/dashboard)
 	// go on this mux once those packages exist.
 
-	ln, err := net.Listen("tcp", flagString(fs, "listen"))
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return usagef("--listen %q: %v", flagString(fs, "listen"), err)
+		return usagef("HTTP address %q: %v", addr, err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
 	fmt.Fprintf(env.Stdout, "serving the OpenAI API for %s (%s) on http://%s/v1\n", m.Name, mc, ln.Addr())
