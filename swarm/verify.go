@@ -114,6 +114,10 @@ type VerifyStats struct {
 	// check has covered: the token at position p, the result of position
 	// p-1, is the honest route's when p <= Verified.
 	Verified int `json:"verified_positions"`
+	// Unverifiable is set while no range of the route has a second
+	// provider: no check can run, so output held back for one would wait
+	// for nothing.
+	Unverifiable bool `json:"unverifiable"`
 	// Skipped counts steps drawn for a check that could not be checked: no
 	// range has a second provider, or the shadow route failed.
 	Skipped int   `json:"skipped"`
@@ -275,6 +279,22 @@ func (r *Resilient) Verification() VerifyStats {
 	return out
 }
 
+// Settled returns how many of the tokens generated after a prompt of
+// promptLen tokens a caller may pass on as final: those a check has
+// covered, or all of them when none can be checked (no verification, or
+// no range of the route has a second provider). Tokens past it may still
+// be taken back by a *RewindError.
+func (r *Resilient) Settled(promptLen int) int {
+	if r.v == nil {
+		return math.MaxInt
+	}
+	st := r.Verification()
+	if st.Unverifiable {
+		return math.MaxInt
+	}
+	return max(st.Verified-promptLen+1, 0)
+}
+
 // exclude is the set of peers plans route around: those this sequence
 // dropped, and the client's bans.
 func (r *Resilient) exclude() map[string]bool {
@@ -358,6 +378,11 @@ func (v *verifier) after(ctx context.Context, st generate.Step, res generate.Ste
 	v.sPos = min(v.sPos, st.Pos)
 	step := 0
 	v.count(func(s *VerifyStats) { s.Steps++; step = s.Steps - 1 })
+	if step == 0 {
+		// Whether any check can run is known before the first is drawn.
+		_, differs := v.shadowRoute()
+		v.count(func(s *VerifyStats) { s.Unverifiable = !differs })
+	}
 	if v.o.Rate < 1 && v.o.Rand.Float64() >= v.o.Rate {
 		return res, nil
 	}
@@ -497,22 +522,30 @@ func (v *verifier) invalidate(from, end int) {
 	}
 }
 
-// openShadow opens the shadow route: the main route with, in every range
-// that has another provider of the same shard, another peer.
-func (v *verifier) openShadow(ctx context.Context) error {
+// shadowRoute is the main route with, in every range that has another
+// provider of the same shard, another peer; differs is false when no
+// range has one (no step can be checked).
+func (v *verifier) shadowRoute() (hops []Hop, differs bool) {
 	r := v.r
 	avoid := r.exclude()
 	for _, h := range r.s.Route {
 		avoid[h.Peer.ID.String()] = true
 	}
-	hops := slices.Clone(r.s.Route)
-	differs := false
+	hops = slices.Clone(r.s.Route)
 	for i, h := range hops {
 		if alt, ok := v.alternate(h, avoid); ok {
 			hops[i], differs = alt, true
 			avoid[alt.Peer.ID.String()] = true
 		}
 	}
+	return hops, differs
+}
+
+// openShadow opens the shadow route (shadowRoute).
+func (v *verifier) openShadow(ctx context.Context) error {
+	r := v.r
+	hops, differs := v.shadowRoute()
+	v.count(func(s *VerifyStats) { s.Unverifiable = !differs })
 	if !differs {
 		if !v.noAlt {
 			v.noAlt = true

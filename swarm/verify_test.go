@@ -192,6 +192,9 @@ func TestVerifyCatchesLiar(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if r.Verification().Unverifiable {
+				t.Fatal("every range has a second provider, but the sequence counts as unverifiable")
+			}
 			if verifiedLie != "" {
 				t.Fatal("a lie was counted as verified: " + verifiedLie)
 			}

@@ -197,7 +197,7 @@ func swarmGenerate(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 		// cannot be taken back (a pipe) until it is verified.
 		g.rewinding = swarm.Generate
 		if vo.Rate < 1 {
-			g.verified = func() int { return max(r.Verification().Verified-len(g.promptIDs)+1, 0) }
+			g.verified = func() int { return r.Settled(len(g.promptIDs)) }
 		}
 	}
 	extra := map[string]any{"route": routeJSON(hops), "expected_ms_per_token": plan.ExpectedMicros / 1e3,

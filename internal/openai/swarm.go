@@ -175,7 +175,7 @@ func (s *Swarm) Generate(ctx context.Context, r Request, emit func(id int) bool)
 		OnToken: func(id int) {
 			pending = append(pending, id)
 			if hold {
-				release(rs.Verification().Verified - len(r.Prompt) + 1)
+				release(rs.Settled(len(r.Prompt)))
 			} else {
 				release(len(pending))
 			}
