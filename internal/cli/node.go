@@ -84,6 +84,11 @@ func runNode(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 	if err != nil {
 		return err
 	}
+	stopDebug, err := serveDebug(log)
+	if err != nil {
+		return err
+	}
+	defer stopDebug()
 	mem, err := parseBytes(flagString(fs, "max-memory"))
 	if err != nil {
 		return usagef("--max-memory: %v", err)
