@@ -61,6 +61,25 @@ type StageOptions struct {
 	// position in the sequence. Clients verify nodes (swarm.Verify);
 	// this is how their tests make a node lie.
 	Tamper func(pos int, out []float32)
+
+	// Observer, if set, is told of the stage's batches, ended sessions
+	// and error frames (internal/metrics implements it).
+	Observer StageObserver
+}
+
+// StageObserver is told what a Stage does, as it happens, so that a
+// metrics package can count it without the stage importing one. Its
+// methods are called on the stage's goroutines and must not block.
+type StageObserver interface {
+	// Batch: one batched forward of forwards forwards and tokens tokens
+	// ran, its runtime call taking compute.
+	Batch(forwards, tokens int, compute time.Duration)
+	// SessionEnded: an admitted session ended, for reason: "closed" (by
+	// its client or upstream, or the stage stopping), "idle", "evicted"
+	// (the KV budget) or "error" (its next hop or upstream failed).
+	SessionEnded(reason string)
+	// ErrorSent: the stage sent an error frame of code upstream.
+	ErrorSent(code wire.ErrorCode)
 }
 
 func (o *StageOptions) defaults() {
@@ -316,7 +335,11 @@ func (st *Stage) fail(c *conn, sess wire.SessionID, seq uint64, hop uint8, err e
 	st.stats.Errors++
 	st.statsMu.Unlock()
 	st.log.Debug("stage error", "session", sess, "err", err)
-	c.send(wire.NewError(sess, seq, hop, err))
+	e := wire.NewError(sess, seq, hop, err)
+	if o := st.opts.Observer; o != nil {
+		o.ErrorSent(e.Code)
+	}
+	c.send(e)
 }
 
 // serve handles one upstream stream: an Open, then Forwards and a Close.
@@ -659,12 +682,16 @@ func (st *Stage) drop(s *session, err error) {
 		close(s.done)
 		st.mu.Lock()
 		delete(st.sessions, s.id)
-		if s.sid != 0 {
+		admitted := s.sid != 0
+		if admitted {
 			for _, j := range st.core.Close(s.sid) {
 				delete(st.jobs, j.ID) // waiting forwards will not run
 			}
 		}
 		st.mu.Unlock()
+		if o := st.opts.Observer; o != nil && admitted {
+			o.SessionEnded(endReason(err))
+		}
 		if err != nil {
 			st.fail(s.up, s.id, 0, s.open.Hop, err)
 		}
@@ -676,6 +703,19 @@ func (st *Stage) drop(s *session, err error) {
 		}
 		s.up.s.Close()
 	})
+}
+
+// endReason names why a session ended, for StageObserver.SessionEnded.
+func endReason(err error) string {
+	switch {
+	case err == nil:
+		return "closed"
+	case errors.Is(err, wire.ErrIdle):
+		return "idle"
+	case errors.Is(err, wire.ErrEvicted):
+		return "evicted"
+	}
+	return "error"
 }
 
 func (st *Stage) dial(ctx context.Context, id []byte, addrs []string, proto string) (network.Stream, error) {
@@ -857,6 +897,9 @@ func (st *Stage) runBatch(batch []*job) time.Duration {
 	}
 	st.stats.ComputeNanos += time.Since(start).Nanoseconds()
 	st.statsMu.Unlock()
+	if o := st.opts.Observer; o != nil && len(live) > 0 {
+		o.Batch(len(live), ntok, compute)
+	}
 	return compute
 }
 

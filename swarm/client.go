@@ -42,6 +42,8 @@ type Config struct {
 	// from the call to New on: Close closes it, and so does a New that
 	// fails.
 	Host host.Host
+	// Observer, if set, is told what the client's sessions do (metrics).
+	Observer Observer
 }
 
 // Client talks to a swarm.
@@ -51,6 +53,8 @@ type Client struct {
 	Store *shards.Store
 	res   *results
 	log   *slog.Logger
+	obs   Observer
+	live  live
 
 	fetchOnce sync.Once
 	fetch     *fetch.Service
@@ -80,7 +84,10 @@ func New(ctx context.Context, cfg Config) (_ *Client, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{log: cfg.Log, res: &results{sessions: map[wire.SessionID]chan wire.Message{}}}
+	c := &Client{log: cfg.Log, res: &results{sessions: map[wire.SessionID]chan wire.Message{}}, obs: cfg.Observer}
+	if c.obs == nil {
+		c.obs = nopObserver{}
+	}
 	if c.Store, err = shards.Open(cfg.Home); err != nil {
 		return nil, err
 	}
@@ -177,5 +184,12 @@ func (c *Client) Ping(ctx context.Context, p peer.AddrInfo, n int) (time.Duratio
 
 // Open opens a session along route.
 func (c *Client) Open(ctx context.Context, route []Hop, o SessionOptions) (*Session, error) {
-	return openSession(ctx, c.Host, c.res, route, o)
+	s, err := openSession(ctx, c.Host, c.res, route, o)
+	if err != nil {
+		return nil, err
+	}
+	s.obs, s.live = c.obs, &c.live
+	c.live.add(s)
+	c.obs.SessionOpened()
+	return s, nil
 }

@@ -152,11 +152,17 @@ func (r *Resilient) Step(ctx context.Context, st generate.Step) (generate.StepRe
 		if err == nil {
 			r.fed = append(r.fed[:st.Pos], st.IDs...)
 			if r.v != nil {
+				before := r.Verification()
 				res, err = r.v.after(ctx, st, res)
+				after := r.Verification()
+				if after.Checked > before.Checked || after.Mismatches > before.Mismatches {
+					r.c.obs.Verified(after.Mismatches - before.Mismatches)
+				}
 			}
 		}
 		if err == nil {
 			r.finish()
+			r.c.obs.Tokens(chosen(st, res))
 			return res, nil
 		}
 		if ctx.Err() != nil || !Retryable(err) {
@@ -195,6 +201,22 @@ func (r *Resilient) finish() {
 	r.hist = append(r.hist, *r.cur)
 	r.mu.Unlock()
 	r.cur = nil
+	r.c.obs.RouteChanged()
+}
+
+// chosen is how many new tokens a step gave its sequence: one, and for a
+// step that checks drafts (All), also each draft its result agrees with
+// before the first that it does not (the greedy acceptance rule; a
+// sampled speculative step may accept more).
+func chosen(st generate.Step, res generate.StepResult) int {
+	if !st.All {
+		return 1
+	}
+	n := 1
+	for i := 1; i < len(st.IDs) && i-1 < len(res.Next) && int(st.IDs[i]) == res.Next[i-1]; i++ {
+		n++
+	}
+	return n
 }
 
 // reroute drops the hops that failed, plans around them, opens the new

@@ -112,6 +112,8 @@ type Session struct {
 	timeout time.Duration
 	vocab   int
 	smp     *sample.Sampler
+	obs     Observer // nil until Client.Open returns it
+	live    *live
 
 	mu       sync.Mutex // guards credit
 	credit   int        // forwards hop 0 will take now
@@ -339,6 +341,9 @@ func (s *Session) Step(ctx context.Context, st generate.Step) (generate.StepResu
 				}
 				s.StepRTT = time.Since(t0)
 				s.Trace = m.Trace
+				if s.obs != nil {
+					s.obs.Step(s.StepRTT, m.Trace)
+				}
 				return s.decode(m, st)
 			}
 		}
@@ -400,6 +405,10 @@ func (s *Session) Close() error {
 	s.close.Do(func() {
 		close(s.done)
 		s.res.remove(s.ID)
+		if s.live != nil {
+			s.live.remove(s.ID)
+			s.obs.SessionClosed()
+		}
 		if s.stream == nil {
 			return
 		}
