@@ -25,7 +25,8 @@ Every sequence gets its own session on a shared route, so the stages batch
 concurrent requests; a sequence fails over when a node of its route leaves,
 and --verify checks steps against other providers (streamed text is sent once
 a check has covered it). A request whose client disconnects is cancelled.
-The model is listed under its name; requests may name it or its CID. Chat
+The same address serves Prometheus metrics at /metrics and the live swarm
+dashboard at / (docs/operations.md). The model is listed under its name; requests may name it or its CID. Chat
 prompts are the messages' contents joined by newlines (stories15M has no
 chat template). --listen is the HTTP address; --p2p-listen the client's
 libp2p addresses. See docs/api.md.`,
@@ -91,9 +92,11 @@ func serveAPI(ctx context.Context, env *Env, fs *flag.FlagSet, addr string) erro
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", api)
 
-	// Extra handlers are mounted here, beside the API: Prometheus
-	// /metrics (internal/metrics) and the dashboard at / (internal/dashboard)
-	// go on this mux once those packages exist.
+	// Beside the API: Prometheus /metrics (internal/metrics) and the
+	// dashboard at / with its /api/swarm (internal/dashboard).
+	if err := observeClient(ctx, mux, c, m); err != nil {
+		return err
+	}
 
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
