@@ -37,6 +37,7 @@ battery, and serves again after 60 s of idleness.`,
 			"pipeshard node --home ~/.pipeshard-2 --shard bafy... --bootstrap /ip4/192.0.2.7/tcp/4001/p2p/12D3KooW...",
 			"pipeshard node --model bafk... --layers auto --max-memory 6GiB --bootstrap /ip4/192.0.2.7/tcp/4001/p2p/12D3KooW...",
 			"pipeshard node --shard bafy... --swarm-key swarm.key --allow peers.txt --listen /ip4/0.0.0.0/tcp/4001",
+			"pipeshard node --shard bafy... --ui 127.0.0.1:9090   # dashboard at http://127.0.0.1:9090/, metrics at /metrics",
 		},
 		Flags: func(fs *flag.FlagSet) {
 			fs.String("home", models.Home(), "node home: identity key and block store")
@@ -56,6 +57,7 @@ battery, and serves again after 60 s of idleness.`,
 			fs.Int("peer-max-sessions", 0, "sessions one peer (client) may hold here (0: 16; -1: no limit)")
 			fs.String("peer-max-kv", "", "KV cache one peer's sessions may grow to, each counted at its full context, e.g. 512MiB (default: no limit)")
 			fs.Float64("peer-rate", 0, "requests (opens and forwards) a second one peer may send (0: no limit)")
+			observeFlags(fs)
 		},
 		Run: runNode,
 	})
@@ -116,6 +118,8 @@ func runNode(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 		Log:       log,
 		Progress:  newProgress(env.Stderr, "fetching shard").update,
 	}
+	obs := newNodeObs(fs)
+	cfg.Stage.Observer = obs.observer()
 	switch l := flagString(fs, "layers"); {
 	case cfg.Shard == "" && cfg.Model == "":
 		return usagef("--shard CID, or --model CID --layers auto, is required")
@@ -131,6 +135,11 @@ func runNode(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 		return err
 	}
 	defer n.Close()
+	stopObs, err := obs.start(ctx, env.Stderr, n, log)
+	if err != nil {
+		return err
+	}
+	defer stopObs()
 	info, _ := json.Marshal(map[string]any{"peer_id": n.ID().String(), "addrs": n.Addrs(),
 		"shard": cfg.Shard, "model_id": n.Header.ModelID, "layers": []int{n.Header.Start, n.Header.End}})
 	if f := flagString(fs, "addr-file"); f != "" {
