@@ -18,6 +18,7 @@ import (
 
 	"github.com/pipeshard/pipeshard/internal/generate"
 	"github.com/pipeshard/pipeshard/internal/models"
+	"github.com/pipeshard/pipeshard/internal/spec"
 	"github.com/pipeshard/pipeshard/shards"
 	"github.com/pipeshard/pipeshard/sim/plot"
 	"github.com/pipeshard/pipeshard/sim/scale"
@@ -446,7 +447,7 @@ func simClient(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 				if requests > 0 && i >= requests || duration > 0 && time.Since(start) >= duration {
 					return
 				}
-				rec := oneRequest(ctx, c, m, g, i, slot, timeout, flagBool(fs, "f16"))
+				rec := oneRequest(ctx, env, c, m, g, i, slot, timeout, flagBool(fs, "f16"))
 				emit(rec)
 				if rec.Error != "" {
 					// Back off, as a user would, rather than spin on a
@@ -465,7 +466,7 @@ func simClient(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 
 // oneRequest finds a route, opens a session and generates, timing every
 // token.
-func oneRequest(ctx context.Context, c *swarm.Client, m *shards.Manifest, g *genRequest, i, slot int, timeout time.Duration, f16 bool) *scenario.ClientRecord {
+func oneRequest(ctx context.Context, env *Env, c *swarm.Client, m *shards.Manifest, g *genRequest, i, slot int, timeout time.Duration, f16 bool) *scenario.ClientRecord {
 	start := time.Now()
 	us := func() int64 { return time.Since(start).Microseconds() }
 	rec := &scenario.ClientRecord{Event: "request", UnixNano: start.UnixNano(), Index: i, Slot: slot, PromptTokens: len(g.promptIDs), TokenMicros: []int64{}, IDs: []int{}}
@@ -495,8 +496,23 @@ func oneRequest(ctx context.Context, c *swarm.Client, m *shards.Manifest, g *gen
 		rec.TokenMicros = append(rec.TokenMicros, us())
 		rec.IDs = append(rec.IDs, id)
 	}
-	res, err := generate.Run(ctx, tb, g.promptIDs, opts)
+	var res generate.Result
+	if g.speculate != "none" {
+		// Greedy or point-mass drafts only: a draft model's own
+		// distributions would need the route's logits.
+		gi := *g
+		gi.sampling.Seed, gi.pointMass = sp.Seed, true
+		var d spec.Drafter
+		var closeDraft func()
+		if d, closeDraft, err = gi.drafter(ctx, env); err == nil {
+			res, err = generate.RunSpeculative(ctx, tb, d, g.promptIDs, opts, generate.SpecOptions{K: g.specK, Sampling: gi.sampling})
+			closeDraft()
+		}
+	} else {
+		res, err = generate.Run(ctx, tb, g.promptIDs, opts)
+	}
 	rec.Stopped = res.Stopped
+	rec.Traversals, rec.Drafted, rec.Accepted = res.Traversals, res.Drafted, res.Accepted
 	if err != nil {
 		rec.Error = err.Error()
 	}

@@ -137,6 +137,9 @@ func (r *runner) startNode(ctx context.Context, h Host) error {
 	}
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cmd := r.env.Net.Command(pctx, h.Index, r.env.Binary, args...)
+	if g.CPUs != "" {
+		cmd = r.env.Net.Command(pctx, h.Index, "taskset", append([]string{"-c", g.CPUs, r.env.Binary}, args...)...)
+	}
 	cmd.Env = childEnv(map[string]string{"PIPESHARD_HOME": home, "GOMAXPROCS": strconv.Itoa(g.Cores)})
 	first := make(chan []byte, 1)
 	fmt.Fprintf(logf, "--- %s: pipeshard %s\n", r.env.Now().Format(time.RFC3339Nano), strings.Join(args, " "))
@@ -368,7 +371,7 @@ func (r *runner) churnNode(ctx context.Context, h Host, evs []Event) {
 func (r *runner) phases(ctx context.Context) error {
 	n := 1
 	for _, c := range r.sc.Clients {
-		n = max(n, len(c.InFlight))
+		n = max(n, len(c.InFlight), len(c.Args))
 	}
 	for p := range n {
 		pr := PhaseResult{Phase: p, InFlight: map[string]int{}}
@@ -381,11 +384,19 @@ func (r *runner) phases(ctx context.Context) error {
 		pr.Label = strings.Join(labels, " ") + " in flight"
 		if len(r.sc.Clients) == 1 {
 			pr.Label = fmt.Sprintf("%d in flight", pr.InFlight[r.sc.Clients[0].Name])
+			if a := r.sc.Clients[0].Args; len(a) > 0 {
+				pr.Label += " " + strings.Join(a[min(p, len(a)-1)], " ")
+			}
 		}
 		r.mu.Lock()
 		r.res.Phases = append(r.res.Phases, pr)
 		r.mu.Unlock()
 		r.env.Log.Info("phase", "n", p, "of", n, "load", pr.Label)
+		if r.env.BeforePhase != nil {
+			if err := r.env.BeforePhase(ctx, p); err != nil {
+				return err
+			}
+		}
 		var wg sync.WaitGroup
 		for _, h := range r.hosts {
 			if h.Client {
@@ -423,6 +434,9 @@ func (r *runner) client(ctx context.Context, h Host, p int) {
 		"--top-k", strconv.Itoa(c.Sampling.TopK), "--seed", strconv.FormatUint(c.Sampling.Seed, 10)}
 	if c.IgnoreEOS {
 		args = append(args, "--ignore-eos")
+	}
+	if len(c.Args) > 0 {
+		args = append(args, c.Args[min(p, len(c.Args)-1)]...)
 	}
 	if len(c.PromptIDs) > 0 {
 		ids := make([]string, len(c.PromptIDs))

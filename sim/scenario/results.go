@@ -37,6 +37,11 @@ type ClientRecord struct {
 	ExpectedMs  float64    `json:"expected_ms_per_token,omitempty"`
 	Route       []RouteHop `json:"route,omitempty"`
 	Error       string     `json:"error,omitempty"`
+	// Speculative decoding's counts: traversals of the route (the
+	// prompt's included), drafts verified and drafts accepted.
+	Traversals int `json:"traversals,omitempty"`
+	Drafted    int `json:"drafted,omitempty"`
+	Accepted   int `json:"accepted,omitempty"`
 }
 
 // RouteHop is one hop of a request's route with its mean per-token
@@ -170,6 +175,9 @@ type RequestResult struct {
 	Error        string     `json:"error,omitempty"`
 	TokenTimes   []float64  `json:"token_times"` // seconds, as the other times
 	IDs          []int      `json:"ids"`
+	Traversals   int        `json:"traversals,omitempty"`
+	Drafted      int        `json:"drafted,omitempty"`
+	Accepted     int        `json:"accepted,omitempty"`
 }
 
 // HopResult is one node's share of the routes.
@@ -191,6 +199,7 @@ func request(client string, phase int, rec ClientRecord, t0 time.Time) RequestRe
 		End: start + float64(rec.EndMicros)/1e6, RouteMs: float64(rec.RouteMicros) / 1e3,
 		PromptTokens: rec.PromptTokens, Tokens: len(rec.TokenMicros), Route: rec.Route,
 		ExpectedMs: rec.ExpectedMs, Stopped: rec.Stopped, Error: rec.Error, TokenTimes: []float64{}, IDs: rec.IDs,
+		Traversals: rec.Traversals, Drafted: rec.Drafted, Accepted: rec.Accepted,
 	}
 	var gaps []float64
 	for i, us := range rec.TokenMicros {

@@ -54,6 +54,10 @@ type Env struct {
 	StopTimeout time.Duration
 	// NodeLogLevel is the nodes' and clients' --log-level (default warn).
 	NodeLogLevel string
+	// BeforePhase, if set, is called before each phase's clients start
+	// (with the phase's number); an error ends the run. A benchmark uses
+	// it to interleave a measurement outside the swarm with the phases.
+	BeforePhase func(ctx context.Context, phase int) error
 }
 
 func (e *Env) defaults() error {

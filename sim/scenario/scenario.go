@@ -83,6 +83,9 @@ type Node struct {
 	// Standby nodes are not started with the swarm; a churn event starts
 	// them.
 	Standby bool `yaml:"standby,omitempty" json:"standby,omitempty"`
+	// CPUs pins the nodes' processes to these CPUs (taskset -c syntax,
+	// e.g. "0" or "0-1"); empty: not pinned.
+	CPUs string `yaml:"cpus,omitempty" json:"cpus,omitempty"`
 }
 
 // Topology describes the links between every two hosts (nodes and
@@ -169,6 +172,10 @@ type Client struct {
 	Sampling  Sampling `yaml:"sampling,omitempty" json:"sampling,omitempty"`
 	// Timeout bounds the search for a route per request (default 60s).
 	Timeout Duration `yaml:"timeout,omitempty" json:"timeout,omitempty"`
+	// Args are extra flags for the client process, such as
+	// ["--speculate", "ngram", "--spec-k", "4"]. A list of several is a
+	// sweep, as InFlight: one entry per phase (or one for all).
+	Args [][]string `yaml:"args,omitempty" json:"args,omitempty"`
 }
 
 // Sampling is how requests pick tokens: greedy when Temp is 0. Request

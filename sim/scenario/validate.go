@@ -134,7 +134,7 @@ func (s *Scenario) Validate() error {
 	}
 	phases := 1
 	for _, c := range s.Clients {
-		phases = max(phases, len(c.InFlight))
+		phases = max(phases, len(c.InFlight), len(c.Args))
 	}
 	for gi, c := range s.Clients {
 		where := fmt.Sprintf("clients[%d] %s%s", gi, c.Name, s.at(fmt.Sprintf("clients.%d", gi)))
@@ -153,6 +153,9 @@ func (s *Scenario) Validate() error {
 		}
 		if len(c.InFlight) != 1 && len(c.InFlight) != phases {
 			return bad("%s: in_flight has %d values, another client %d: a sweep's lists must be as long (or one value)", where, len(c.InFlight), phases)
+		}
+		if len(c.Args) > 1 && len(c.Args) != phases {
+			return bad("%s: args has %d entries, the sweep %d phases: a sweep's lists must be as long (or one entry)", where, len(c.Args), phases)
 		}
 		for _, k := range c.InFlight {
 			if k < 1 || k > maxInFlight {
