@@ -22,7 +22,7 @@ func init() {
 	register(&Command{
 		Name:  "bench",
 		Short: "measure the engine and pipelines",
-		Usage: "engine [flags]",
+		Usage: "engine|pipeline [flags]",
 		Sub: []*Command{{
 			Name:  "engine",
 			Short: "decode and prefill tokens/s and peak memory of the local runtime",
@@ -42,7 +42,7 @@ repeats it --reps times and prints medians as a Markdown table.`,
 				fs.Int("threads", 1, "internal: the child's thread count")
 			},
 			Run: benchEngine,
-		}},
+		}, benchPipelineCommand()},
 	})
 }
 

@@ -1,0 +1,114 @@
+package pipebench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/pipeshard/pipeshard/sim/scenario"
+)
+
+// Config is one `pipeshard bench pipeline` run.
+type Config struct {
+	Tables  []string // "a", "b", "c", "d"
+	Repeats int      // per contender; figures are medians over them
+
+	// ModelPath is stories15M's llama2.c checkpoint; its tokenizer is
+	// beside it. DraftModel is the draft model the client runs for
+	// --speculate draft (a file), DraftQuant its weight type.
+	ModelPath  string
+	DraftModel string
+	DraftQuant string
+
+	Threads int             // table a: threads of every contender
+	Tokens  int             // tokens generated per sequence
+	Prompt  string          // the prompt of every request
+	Delays  []time.Duration // table c: one-way delay per link
+	KDelays []time.Duration // table d
+	Ks      []int           // table d: fixed K rows (auto is always added)
+	Streams int             // table c: streams of the full stack
+	Batch   []int           // table b: streams
+
+	// Binary is the pipeshard executable the nodes and clients run.
+	Binary string
+	// StartNetwork starts the emulated network (sim/netem); required for
+	// tables b, c and d.
+	StartNetwork func(ctx context.Context, s scenario.NetSpec) (scenario.Network, error)
+	// WorkDir keeps the scenario runs' logs (default: temporary).
+	WorkDir string
+	Log     *slog.Logger // progress
+	Now     func() time.Time
+}
+
+func (c *Config) defaults() error {
+	if c.Repeats < 1 {
+		return fmt.Errorf("%w: repeats %d", ErrConfig, c.Repeats)
+	}
+	if c.Threads < 1 {
+		c.Threads = 1
+	}
+	if c.Tokens < 2 {
+		return fmt.Errorf("%w: tokens %d: want at least 2", ErrConfig, c.Tokens)
+	}
+	if c.Prompt == "" {
+		c.Prompt = "Once upon a time, there was a little girl named Lily. Lily loved to play in the park with her dog Max. One day, Lily and Max went to the park"
+	}
+	if c.Streams < 1 {
+		c.Streams = 16
+	}
+	if len(c.Batch) == 0 {
+		c.Batch = []int{1, 2, 4, 8}
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.DraftQuant == "" {
+		c.DraftQuant = "q4"
+	}
+	return nil
+}
+
+// Run measures the configured tables, in order, and returns them; a
+// table that failed is returned as an error alongside the others.
+func Run(ctx context.Context, c Config) ([]*Table, error) {
+	if err := c.defaults(); err != nil {
+		return nil, err
+	}
+	var out []*Table
+	for _, id := range c.Tables {
+		var t *Table
+		var err error
+		start := c.Now()
+		c.Log.Info("table", "id", id)
+		switch id {
+		case "a":
+			t, err = parity(ctx, c)
+		case "b":
+			t, err = microBatch(ctx, c)
+		case "c":
+			t, err = wanTable(ctx, c)
+		case "d":
+			t, err = kSweep(ctx, c)
+		default:
+			err = fmt.Errorf("%w: table %s is not implemented", ErrConfig, id)
+		}
+		if err != nil {
+			return out, fmt.Errorf("table %s: %w", id, err)
+		}
+		t.Notes = append(t.Notes, fmt.Sprintf("(measured in %v)", c.Now().Sub(start).Round(time.Second)))
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// WriteMarkdown writes the tables under one heading.
+func WriteMarkdown(w io.Writer, tables []*Table, svg map[string]string) {
+	for _, t := range tables {
+		t.Markdown(w, svg[t.ID])
+	}
+}
