@@ -292,11 +292,17 @@ func (r *Resilient) plan(ctx context.Context) ([]Hop, error) {
 	return hops, nil
 }
 
-// blame names the peers of hops to route around after err: the hop a
-// stage's error report points at, and every hop that does not answer a
-// ping within the probe time.
+// blame names the peers of hops to route around after err: the hop the
+// client could not reach (a *HopError), the hop a stage's error report
+// points at, and every hop that does not answer a ping within the probe
+// time. A peer that answers pings but would not open a stage stream (a
+// node still starting) is thus dropped too.
 func (r *Resilient) blame(ctx context.Context, hops []Hop, err error) []string {
 	var out []string
+	var he *HopError
+	if errors.As(err, &he) && he.Hop >= 0 && he.Hop < len(hops) {
+		out = append(out, hops[he.Hop].Peer.ID.String())
+	}
 	var we *wire.Error
 	if errors.As(err, &we) {
 		h := int(we.Hop)

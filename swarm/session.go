@@ -27,6 +27,22 @@ var (
 	ErrNotFound = errors.New("swarm: not found")
 )
 
+// HopError is a failure the client itself met reaching a hop of its route
+// (a stream to hop 0 that would not open: the peer is gone, or not
+// serving the stage protocol, as a node still starting or stopping).
+// Failover routes around the hop it names.
+type HopError struct {
+	Hop  int
+	Peer peer.ID
+	Err  error
+}
+
+func (e *HopError) Error() string {
+	return fmt.Sprintf("hop %d (%s): %v", e.Hop, e.Peer.ShortString(), e.Err)
+}
+
+func (e *HopError) Unwrap() error { return e.Err }
+
 // Hop is one stage of a route: which peer serves which part of the model.
 type Hop struct {
 	Peer   peer.AddrInfo
@@ -192,7 +208,7 @@ func openSession(ctx context.Context, h host.Host, res *results, route []Hop, o 
 	st, err := h.NewStream(octx, route[0].Peer.ID, protocol.ID(wire.StageProtocol))
 	if err != nil {
 		res.remove(s.ID)
-		return nil, fmt.Errorf("%w: hop 0 (%s): %w", ErrSession, route[0].Peer.ID.ShortString(), err)
+		return nil, fmt.Errorf("%w: %w", ErrSession, &HopError{Hop: 0, Peer: route[0].Peer.ID, Err: err})
 	}
 	s.stream = st
 	if err := wire.Write(st, open); err != nil {
