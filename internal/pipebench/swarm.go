@@ -267,7 +267,7 @@ func kSweep(ctx context.Context, c Config) (*Table, error) {
 	}
 	t := &Table{ID: "d", Title: fmt.Sprintf("K sweep: one stream of stories15M f32 on 2 nodes, %d tokens", c.Tokens),
 		Header: []string{"delay", "drafter", "K", "paper's K", "tok/s", "× no speculation", "acceptance", "tokens/traversal", "drafts/traversal"}}
-	line := plot.Line{Title: "table d: speed-up over no speculation by K (n-gram solid order: delays)", XLabel: "K", YLabel: "× no speculation", Points: true}
+	line := plot.Line{Title: "table d: speed-up over no speculation by K", XLabel: "K", YLabel: "× no speculation", Points: true}
 	for _, d := range c.KDelays {
 		paper := 6
 		if d >= 50*time.Millisecond {
