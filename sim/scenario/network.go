@@ -24,6 +24,19 @@ type Network interface {
 	Close() error
 }
 
+// Loopback is a Network without emulation: every host is 127.0.0.1 and
+// its processes run here, unimpaired. It is for measurements that need
+// no delay (and none of an emulator's own cost) and for tests of the
+// runner.
+type Loopback struct{}
+
+func (Loopback) Backend() string     { return "loopback" }
+func (Loopback) Addr(int) netip.Addr { return netip.AddrFrom4([4]byte{127, 0, 0, 1}) }
+func (Loopback) Close() error        { return nil }
+func (Loopback) Command(ctx context.Context, _ int, name string, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, name, args...)
+}
+
 // LinkParams is one direction of the link between two hosts. It has the
 // fields of sim/netem's Link, in the same order, so one converts to the
 // other: netem.Link(s.Link(a, b)).
