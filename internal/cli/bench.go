@@ -20,9 +20,10 @@ import (
 
 func init() {
 	register(&Command{
-		Name:  "bench",
-		Short: "measure the engine and pipelines",
-		Usage: "engine|pipeline [flags]",
+		Name:     "bench",
+		Short:    "measure the engine and pipelines",
+		Usage:    "engine|pipeline [flags]",
+		Examples: []string{"pipeshard bench engine --quants f32,q8", "sudo pipeshard bench pipeline --tables a,b,c --out tables.md --svg img"},
 		Sub: []*Command{{
 			Name:  "engine",
 			Short: "decode and prefill tokens/s and peak memory of the local runtime",

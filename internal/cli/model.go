@@ -12,9 +12,10 @@ import (
 
 func init() {
 	register(&Command{
-		Name:  "model",
-		Short: "fetch known real models",
-		Usage: "pull NAME",
+		Name:     "model",
+		Short:    "fetch known real models",
+		Usage:    "pull NAME",
+		Examples: []string{"pipeshard model pull stories15M"},
 		Sub: []*Command{{
 			Name:  "pull",
 			Short: "fetch a known model and its tokenizer into the pipeshard home",

@@ -28,9 +28,10 @@ func init() {
 	}
 	jsonFlag := func(fs *flag.FlagSet) { fs.Bool("json", false, "print one JSON object") }
 	register(&Command{
-		Name:  "shards",
-		Short: "import, split, address and verify content-addressed shards",
-		Usage: "import|synth|split|ls|show|verify|export|cid ...",
+		Name:     "shards",
+		Short:    "import, split, address and verify content-addressed shards",
+		Usage:    "import|synth|split|ls|show|verify|export|cid ...",
+		Examples: []string{"pipeshard shards import --json stories15M", "pipeshard shards split bafk... --stages 3", "pipeshard shards verify bafk..."},
 		Long: `A model is stored as content-addressed files: a tokenizer, a manifest (whose
 CID is the model CID) and shards, each a contiguous range of layers laid out
 as the runtime's kernels read them. CIDs are those that
@@ -87,7 +88,8 @@ the cut: START:END of layers, and /ROWLO:ROWHI for a part of the head.`,
 				Examples: []string{"pipeshard shards show bafk...   # a model: its manifest", "pipeshard shards show bafy...   # a shard: its header"}},
 			{
 				Name: "verify", Short: "re-hash every block of a model (all its shards) or a shard", Usage: "CID",
-				Flags: home, Run: shardsVerify,
+				Examples: []string{"pipeshard shards verify bafk...   # the model and every shard", "pipeshard shards verify bafy...   # one shard"},
+				Flags:    home, Run: shardsVerify,
 			},
 			{
 				Name: "export", Short: "write a stored file out as a plain file, or a whole model as GGUF",
@@ -100,7 +102,8 @@ the cut: START:END of layers, and /ROWLO:ROWHI for a part of the head.`,
 				},
 				Run: shardsExport,
 			},
-			{Name: "cid", Short: "print the CID 'ipfs add --cid-version=1 --raw-leaves' would give FILE", Usage: "FILE", Run: shardsCID},
+			{Name: "cid", Short: "print the CID 'ipfs add --cid-version=1 --raw-leaves' would give FILE", Usage: "FILE", Run: shardsCID,
+				Examples: []string{"pipeshard shards cid stories15M.bin"}},
 		},
 	})
 }

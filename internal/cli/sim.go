@@ -37,9 +37,10 @@ var errNoEmulator = errors.New("sim: WAN emulator not built: this pipeshard has 
 
 func init() {
 	register(&Command{
-		Name:  "sim",
-		Short: "simulate swarms: at scale (sim/scale) or for real under an emulated WAN",
-		Usage: "scale|run ...",
+		Name:     "sim",
+		Short:    "simulate swarms: at scale (sim/scale) or for real under an emulated WAN",
+		Usage:    "scale|run ...",
+		Examples: []string{"pipeshard sim scale --nodes 1000 --minutes 30 --seed 1", "sudo pipeshard sim run sim/scenarios/four-node-50ms.yaml --out results"},
 		Sub: []*Command{
 			{
 				Name: "scale", Short: "simulate 1,000s of nodes with churn, comparing routing and placement policies",
@@ -97,6 +98,7 @@ writes results.json, throughput.svg and inflight.svg to --out (logs under
 			},
 			{
 				Name: "client", Short: "internal: the load generator 'sim run' starts in each client host",
+				Examples: []string{`pipeshard sim client --bootstrap /ip4/10.99.0.2/tcp/4001/p2p/12D3KooW... --model bafk... --in-flight 4 --requests 8 -n 64 --prompt "Once upon a time"`},
 				Usage: "--bootstrap MA --model CID (--prompt T | --prompt-ids IDS) [--in-flight K] [--requests N] [--duration D]",
 				Long: `Joins the swarm once, then keeps --in-flight requests going until it has
 made --requests of them or --duration has passed, each finding its own route

@@ -41,6 +41,8 @@ func init() {
 		Name:  "swarm",
 		Short: "use a swarm: generate through it, list its nodes, show a route",
 		Usage: "generate|serve|ls|route --bootstrap MA --model CID ... | keygen | id",
+		Examples: []string{`pipeshard swarm generate --bootstrap /ip4/127.0.0.1/tcp/4001/p2p/12D3KooW... --model bafk... --prompt "Once upon a time"`,
+			"pipeshard swarm serve --listen 127.0.0.1:8080 --bootstrap /ip4/127.0.0.1/tcp/4001/p2p/12D3KooW... --model bafk..."},
 		Sub: []*Command{
 			{
 				Name: "generate", Short: "generate text through the swarm",
