@@ -99,7 +99,7 @@ writes results.json, throughput.svg and inflight.svg to --out (logs under
 			{
 				Name: "client", Short: "internal: the load generator 'sim run' starts in each client host",
 				Examples: []string{`pipeshard sim client --bootstrap /ip4/10.99.0.2/tcp/4001/p2p/12D3KooW... --model bafk... --in-flight 4 --requests 8 -n 64 --prompt "Once upon a time"`},
-				Usage: "--bootstrap MA --model CID (--prompt T | --prompt-ids IDS) [--in-flight K] [--requests N] [--duration D]",
+				Usage:    "--bootstrap MA --model CID (--prompt T | --prompt-ids IDS) [--in-flight K] [--requests N] [--duration D]",
 				Long: `Joins the swarm once, then keeps --in-flight requests going until it has
 made --requests of them or --duration has passed, each finding its own route
 and opening its own session; a slot whose request failed waits a second
