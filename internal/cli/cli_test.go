@@ -44,3 +44,22 @@ func TestEnvironmentSetsFlags(t *testing.T) {
 		t.Fatalf("PIPESHARD_QUANT=q5: exit %d, %q", code, errb.String())
 	}
 }
+
+// TestEveryCommandHasHelp: every command, group or leaf, has a one-line
+// summary and at least one example in its --help.
+func TestEveryCommandHasHelp(t *testing.T) {
+	var walk func(path string, cs []*Command)
+	walk = func(path string, cs []*Command) {
+		for _, c := range cs {
+			p := path + " " + c.Name
+			if c.Short == "" {
+				t.Errorf("%s: no summary", p)
+			}
+			if len(c.Examples) == 0 {
+				t.Errorf("%s: no example in its help", p)
+			}
+			walk(p, c.Sub)
+		}
+	}
+	walk("pipeshard", registry)
+}
