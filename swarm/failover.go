@@ -300,8 +300,10 @@ func (r *Resilient) plan(ctx context.Context) ([]Hop, error) {
 func (r *Resilient) blame(ctx context.Context, hops []Hop, err error) []string {
 	var out []string
 	var he *HopError
-	if errors.As(err, &he) && he.Hop >= 0 && he.Hop < len(hops) {
-		out = append(out, hops[he.Hop].Peer.ID.String())
+	if errors.As(err, &he) && he.Peer != "" {
+		// By the peer it names: a route that failed to open is no
+		// longer the session's (hops is then empty).
+		out = append(out, he.Peer.String())
 	}
 	var we *wire.Error
 	if errors.As(err, &we) {
