@@ -108,9 +108,10 @@ func (c *Client) OpenResilient(ctx context.Context, m *shards.Manifest, provs []
 	if !Retryable(err) {
 		return nil, err
 	}
-	// The route broke before the first token: fail over now.
+	// The route broke before the first token: fail over now, blaming
+	// its hops.
 	r.begin(0, err)
-	if err := r.reroute(ctx, 0, err); err != nil {
+	if err := r.rerouteFrom(ctx, hops, 0, err); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -222,8 +223,13 @@ func chosen(st generate.Step, res generate.StepResult) int {
 // reroute drops the hops that failed, plans around them, opens the new
 // route and replays the first pos tokens into it.
 func (r *Resilient) reroute(ctx context.Context, pos int, cause error) error {
+	return r.rerouteFrom(ctx, nil, pos, cause)
+}
+
+// rerouteFrom is reroute when the failed route is hops, or, if hops is
+// nil, the current session's.
+func (r *Resilient) rerouteFrom(ctx context.Context, hops []Hop, pos int, cause error) error {
 	old := r.s
-	var hops []Hop
 	if old != nil {
 		hops = old.Route
 		// Don't wait on a peer that may be gone.
