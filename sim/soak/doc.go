@@ -12,11 +12,12 @@
 // most), and that the nodes that were never killed do not grow in
 // goroutines or memory between a sample after the warm-up and one at the
 // end, beyond a tolerance that a per-request leak exceeds. RSS and
-// threads come from /proc/PID/status; goroutines from each node's pprof
-// server, which PIPESHARD_DEBUG_ADDR turns on (internal/cli/debug.go).
+// threads come from /proc/PID/status; goroutines from the go_goroutines
+// gauge each node serves with `pipeshard node --metrics`.
 //
-// It runs in CI for under two minutes (a 40 s chaos phase). PIPESHARD_SOAK sets the length of the
-// chaos phase (a Go duration, e.g. 10m) and PIPESHARD_SOAK_SEED the
+// It runs in CI for under two minutes (a 40 s chaos phase).
+// PIPESHARD_SOAK, or the test flag -soak.duration, sets the length of
+// the chaos phase (a Go duration, e.g. 10m), and PIPESHARD_SOAK_SEED the
 // random seed; run with -v to see the figures:
 //
 //	PIPESHARD_SOAK=10m go test -v -run TestSoak -timeout 30m ./sim/soak

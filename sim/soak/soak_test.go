@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -59,9 +60,15 @@ const (
 func goroutineSlack(base int) int { return max(40, base/4) }
 func rssSlack(base int64) int64   { return max(64<<20, base/2) }
 
-// soakDuration is the chaos phase's length: PIPESHARD_SOAK, or 40 s
-// (the CI run, about 100 s with the set-up under -race).
+var flagDuration = flag.Duration("soak.duration", 0, "length of the chaos phase (default PIPESHARD_SOAK, or 40s)")
+
+// soakDuration is the chaos phase's length: the -soak.duration flag,
+// PIPESHARD_SOAK, or 40 s (the CI run, about 100 s with the set-up
+// under -race).
 func soakDuration(t *testing.T) time.Duration {
+	if *flagDuration > 0 {
+		return *flagDuration
+	}
 	s := os.Getenv("PIPESHARD_SOAK")
 	if s == "" {
 		return 40 * time.Second
@@ -354,12 +361,12 @@ type nodeProc struct {
 	rangeIdx int
 	port     string // TCP port, kept across restarts
 
-	cmd   *exec.Cmd
-	done  chan struct{}
-	addrs []string
-	debug string // host:port of its pprof server (PIPESHARD_DEBUG_ADDR)
-	up    bool
-	kills int
+	cmd     *exec.Cmd
+	done    chan struct{}
+	addrs   []string
+	metrics string // host:port of its Prometheus metrics (--metrics)
+	up      bool
+	kills   int
 }
 
 type swarmProcs struct {
@@ -383,9 +390,9 @@ func (sw *swarmProcs) start(n *nodeProc, boot []string) error {
 		return err
 	}
 	defer logf.Close()
-	n.debug = freeAddr(sw.t)
+	n.metrics = freeAddr(sw.t)
+	args = append(args, "--metrics", n.metrics)
 	cmd := exec.Command(sw.bin, args...)
-	cmd.Env = append(os.Environ(), "PIPESHARD_DEBUG_ADDR="+n.debug)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -556,7 +563,7 @@ func (sw *swarmProcs) sample(t *testing.T) map[string]figures {
 		}
 		var f figures
 		f.rss, f.threads = procStatus(t, n.cmd.Process.Pid)
-		f.goroutines = goroutines(t, n.debug)
+		f.goroutines = goroutines(t, n.metrics)
 		out[n.name] = f
 	}
 	return out
@@ -587,25 +594,24 @@ func procStatus(t *testing.T, pid int) (rss int64, threads int) {
 	return rss, threads
 }
 
-// goroutines reads a node's goroutine count from its pprof server: the
-// first line of /debug/pprof/goroutine?debug=1 is "goroutine profile:
-// total N".
+// goroutines reads a node's goroutine count from its Prometheus
+// metrics: the Go collector's gauge, a line "go_goroutines N".
 func goroutines(t *testing.T, addr string) int {
-	resp, err := http.Get("http://" + addr + "/debug/pprof/goroutine?debug=1")
+	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Errorf("goroutines of %s: %v", addr, err)
 		return 0
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
-	if sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "goroutine profile: total "); ok {
-			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
-				return n
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "go_goroutines "); ok {
+			if n, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+				return int(n)
 			}
 		}
 	}
-	t.Errorf("goroutines of %s: no total in the profile", addr)
+	t.Errorf("goroutines of %s: no go_goroutines in /metrics", addr)
 	return 0
 }
 
