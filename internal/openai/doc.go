@@ -11,7 +11,8 @@
 // the limit and 503 when no route serves the model. With "stream": true
 // they send server-sent events: one OpenAI chunk object per token and
 // choice ("data: {...}\n\n"), a usage chunk with no choices when
-// stream_options.include_usage is set, and "data: [DONE]".
+// stream_options.include_usage is set (else the last finish chunk carries
+// the usage), and "data: [DONE]".
 //
 // A request runs under its HTTP request's context: when the client goes
 // away, its sequences are cancelled and their swarm sessions closed.

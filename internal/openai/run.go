@@ -126,6 +126,9 @@ type response struct {
 	created int64
 	choices []*choice
 	sse     *sse // nil: not streaming
+
+	mu       sync.Mutex
+	finished int // choices that have ended
 }
 
 func (rs *response) usage() Usage {
@@ -183,13 +186,24 @@ func (rs *response) end(c *choice, res Result) error {
 	if rs.sse == nil {
 		return nil
 	}
+	// Without include_usage, the finish chunk of the last choice to end
+	// carries the usage (as llama.cpp's server does): the stream ends with
+	// usage either way, and clients that read only choices ignore it.
+	var u *Usage
+	rs.mu.Lock()
+	rs.finished++
+	if rs.finished == len(rs.choices) && !rs.j.includeUsage {
+		x := rs.usage() // every other choice's count is final: it ended before
+		u = &x
+	}
+	rs.mu.Unlock()
 	fr := c.finish
 	if rs.j.chat {
 		return rs.sse.send(ChatCompletion{ID: rs.id, Object: "chat.completion.chunk", Created: rs.created, Model: rs.model,
-			Choices: []ChatChoice{{Index: c.index, Delta: &ChatMessage{}, FinishReason: &fr}}})
+			Choices: []ChatChoice{{Index: c.index, Delta: &ChatMessage{}, FinishReason: &fr}}, Usage: u})
 	}
 	return rs.sse.send(Completion{ID: rs.id, Object: "text_completion", Created: rs.created, Model: rs.model,
-		Choices: []CompletionChoice{{Index: c.index, Text: "", FinishReason: &fr}}})
+		Choices: []CompletionChoice{{Index: c.index, Text: "", FinishReason: &fr}}, Usage: u})
 }
 
 // flush streams c's text up to upto, if streaming.

@@ -48,6 +48,20 @@ for await (const ch of await client.chat.completions.create({ model: 'stories15M
   if (ch.usage) usage = ch.usage;
 }
 out.chat_stream = { text, finish, usage, chunks };
+// Without include_usage the stream still ends with the usage, on the last
+// finish chunk; the SDK's stream helper accumulates it.
+const helper = client.chat.completions.stream({ model: 'stories15M', messages, max_tokens, temperature: 0 });
+chunks = 0;
+helper.on('chunk', () => chunks++);
+const fc = await helper.finalChatCompletion();
+out.chat_helper = { text: fc.choices[0].message.content, role: fc.choices[0].message.role, finish: fc.choices[0].finish_reason, usage: fc.usage ?? null, chunks };
+text = ''; finish = null; usage = null; chunks = 0;
+for await (const ch of await client.completions.create({ model: 'stories15M', prompt, max_tokens, temperature: 0, stream: true })) {
+  chunks++;
+  for (const x of ch.choices) { text += x.text; if (x.finish_reason) finish = x.finish_reason; }
+  if (ch.usage) usage = ch.usage;
+}
+out.completion_stream_plain = { text, finish, usage, chunks };
 try {
   await client.chat.completions.create({ model: 'gpt-4o', messages });
 } catch (e) {
@@ -91,8 +105,9 @@ func installSDK(t *testing.T) string {
 
 // TestOpenAISDK is the acceptance test: the official openai SDK, on
 // node, against `pipeshard swarm serve` on a 3-node local swarm, for
-// completions and chat, streamed and not. Greedy text equals local
-// generation.
+// completions and chat, streamed (with and without include_usage, and
+// through the SDK's stream helper) and not. Greedy text equals local
+// generation, and every response ends with the usage.
 func TestOpenAISDK(t *testing.T) {
 	node := needTool(t, "node")
 	dir := installSDK(t)
@@ -161,6 +176,8 @@ func TestOpenAISDK(t *testing.T) {
 		CompletionStream result   `json:"completion_stream"`
 		Chat             result   `json:"chat"`
 		ChatStream       result   `json:"chat_stream"`
+		ChatHelper       result   `json:"chat_helper"`
+		CompletionPlain  result   `json:"completion_stream_plain"`
 		Error            struct {
 			Status int    `json:"status"`
 			Code   string `json:"code"`
@@ -173,7 +190,8 @@ func TestOpenAISDK(t *testing.T) {
 	if len(got.Models) != 1 || got.Models[0] != "stories15M" {
 		t.Fatalf("models %v", got.Models)
 	}
-	for name, r := range map[string]result{"completion": got.Completion, "completion stream": got.CompletionStream, "chat": got.Chat, "chat stream": got.ChatStream} {
+	for name, r := range map[string]result{"completion": got.Completion, "completion stream": got.CompletionStream, "chat": got.Chat, "chat stream": got.ChatStream,
+		"chat stream helper": got.ChatHelper, "completion stream without include_usage": got.CompletionPlain} {
 		if r.Text != want || r.Finish != "length" {
 			t.Errorf("%s: %q (%s), want %q (length)", name, r.Text, r.Finish, want)
 		}
@@ -184,8 +202,8 @@ func TestOpenAISDK(t *testing.T) {
 			t.Errorf("%s: %d chunks for %d tokens", name, r.Chunks, maxTokens)
 		}
 	}
-	if got.Chat.Role != "assistant" {
-		t.Errorf("chat role %q", got.Chat.Role)
+	if got.Chat.Role != "assistant" || got.ChatHelper.Role != "assistant" {
+		t.Errorf("chat role %q, stream helper's %q", got.Chat.Role, got.ChatHelper.Role)
 	}
 	if got.Error.Status != 404 || got.Error.Code != "model_not_found" {
 		t.Errorf("unknown model: the SDK saw %+v", got.Error)

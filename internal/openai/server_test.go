@@ -257,7 +257,9 @@ func TestGreedyLikeLocal(t *testing.T) {
 }
 
 // chunkText adds up the streamed text of each choice, checking the
-// chunks' shape; it returns the texts, finish reasons and the usage chunk.
+// chunks' shape; it returns the texts, finish reasons and the usage, which
+// must come in the last chunk: one of its own, with no choices, or the
+// finish chunk of the last choice to end.
 func chunkText(t testing.TB, data []string, chat bool, n int) (texts, finish []string, usage *openai.Usage) {
 	t.Helper()
 	texts, finish = make([]string, n), make([]string, n)
@@ -277,11 +279,13 @@ func chunkText(t testing.TB, data []string, chat bool, n int) (texts, finish []s
 				t.Fatalf("chunk %s", d)
 			}
 			if c.Usage != nil {
-				if len(c.Choices) != 0 {
-					t.Fatalf("usage chunk with choices: %s", d)
-				}
 				usage = c.Usage
-				continue
+				if len(c.Choices) == 0 {
+					continue
+				}
+				if len(c.Choices) != 1 || c.Choices[0].FinishReason == nil {
+					t.Fatalf("usage on a chunk that finishes no choice: %s", d)
+				}
 			}
 			for _, ch := range c.Choices {
 				if finish[ch.Index] != "" {
@@ -311,11 +315,13 @@ func chunkText(t testing.TB, data []string, chat bool, n int) (texts, finish []s
 			t.Fatalf("chunk %s", d)
 		}
 		if c.Usage != nil {
-			if len(c.Choices) != 0 {
-				t.Fatalf("usage chunk with choices: %s", d)
-			}
 			usage = c.Usage
-			continue
+			if len(c.Choices) == 0 {
+				continue
+			}
+			if len(c.Choices) != 1 || c.Choices[0].FinishReason == nil {
+				t.Fatalf("usage on a chunk that finishes no choice: %s", d)
+			}
 		}
 		for _, ch := range c.Choices {
 			if finish[ch.Index] != "" {
@@ -335,8 +341,9 @@ func chunkText(t testing.TB, data []string, chat bool, n int) (texts, finish []s
 	return texts, finish, usage
 }
 
-// TestStreamUsage: include_usage adds one last chunk with the usage and
-// no choices; without it there is none.
+// TestStreamUsage: a stream ends with the usage. include_usage adds one
+// last chunk with the usage and no choices (OpenAI's); without it, the
+// last finish chunk carries it.
 func TestStreamUsage(t *testing.T) {
 	f := getFixture(t)
 	prompt := f.tok.Encode(story, true)
@@ -360,11 +367,17 @@ func TestStreamUsage(t *testing.T) {
 				if texts[0] != want || finish[0] != "length" {
 					t.Fatalf("streamed %q (%s), want %q (length)", texts[0], finish[0], want)
 				}
-				switch {
-				case include && (usage == nil || usage.PromptTokens != len(prompt) || usage.CompletionTokens != 8 || usage.TotalTokens != len(prompt)+8):
+				if usage == nil || usage.PromptTokens != len(prompt) || usage.CompletionTokens != 8 || usage.TotalTokens != len(prompt)+8 {
 					t.Fatalf("usage %+v", usage)
-				case !include && usage != nil:
-					t.Fatalf("usage chunk without include_usage: %+v", usage)
+				}
+				var last struct {
+					Choices []json.RawMessage `json:"choices"`
+				}
+				if err := json.Unmarshal([]byte(data[len(data)-1]), &last); err != nil {
+					t.Fatal(err)
+				}
+				if include != (len(last.Choices) == 0) {
+					t.Fatalf("include_usage %v, last chunk %s", include, data[len(data)-1])
 				}
 			})
 		}
@@ -451,10 +464,13 @@ func TestN(t *testing.T) {
 	if !done {
 		t.Fatal("no [DONE]")
 	}
-	texts, _, _ := chunkText(t, data, true, n)
+	texts, _, usage := chunkText(t, data, true, n)
 	for i := range n {
 		if texts[i] != want[i] {
 			t.Fatalf("streamed choice %d: %q, want %q", i, texts[i], want[i])
 		}
+	}
+	if usage == nil || usage.PromptTokens != len(prompt) || usage.CompletionTokens != n*tokens {
+		t.Fatalf("streamed usage %+v", usage)
 	}
 }
