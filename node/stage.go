@@ -278,11 +278,17 @@ func (st *Stage) Run(ctx context.Context) {
 	defer st.h.RemoveStreamHandler(wire.StageProtocol)
 	go st.janitor(ctx)
 	st.execute(ctx)
+	// drop takes st.mu itself: collect the sessions under it, drop them
+	// after.
 	st.mu.Lock()
+	open := make([]*session, 0, len(st.sessions))
 	for _, s := range st.sessions {
-		st.drop(s, nil)
+		open = append(open, s)
 	}
 	st.mu.Unlock()
+	for _, s := range open {
+		st.drop(s, nil)
+	}
 }
 
 // Drain stops admitting sessions; active ones go on.

@@ -25,6 +25,14 @@ import (
 // returns it with a second host that plays the client.
 func stageNode(t *testing.T, opts node.StageOptions) (*node.Node, host.Host, shards.ShardRef) {
 	t.Helper()
+	n, c, ref, _, _ := runStageNode(t, opts)
+	return n, c, ref
+}
+
+// runStageNode is stageNode that also returns what ends the node's Run,
+// and a channel closed when Run has returned.
+func runStageNode(t *testing.T, opts node.StageOptions) (*node.Node, host.Host, shards.ShardRef, context.CancelFunc, <-chan struct{}) {
+	t.Helper()
 	model, _ := testmodel.Stories15M(t)
 	w, err := checkpoint.LoadLlama2C(model, 0, 0)
 	if err != nil {
@@ -53,7 +61,11 @@ func stageNode(t *testing.T, opts node.StageOptions) (*node.Node, host.Host, sha
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
-	go n.Run(ctx)
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		n.Run(ctx)
+	}()
 	c, err := node.NewHost(node.HostOptions{Listen: []string{"/ip4/127.0.0.1/tcp/0"}})
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +74,28 @@ func stageNode(t *testing.T, opts node.StageOptions) (*node.Node, host.Host, sha
 	if err := c.Connect(ctx, peer.AddrInfo{ID: n.ID(), Addrs: n.Host.Addrs()}); err != nil {
 		t.Fatal(err)
 	}
-	return n, c, ref
+	return n, c, ref, cancel, ran
+}
+
+// TestRunEndsWithOpenSessions: when a node's context ends while sessions
+// are open, Run drops them and returns. (It used to hang: Run held the
+// stage's lock while each drop took it again.)
+func TestRunEndsWithOpenSessions(t *testing.T) {
+	n, c, ref, cancel, ran := runStageNode(t, node.StageOptions{})
+	open(t, c, n, ref, 1)
+	open(t, c, n, ref, 2)
+	if got := n.Stage.Sessions(); got != 2 {
+		t.Fatalf("%d sessions open, want 2", got)
+	}
+	cancel()
+	select {
+	case <-ran:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+	if got := n.Stage.Sessions(); got != 0 {
+		t.Fatalf("%d sessions left after Run returned", got)
+	}
 }
 
 // hostile is a raw stage stream from the client host.
