@@ -116,14 +116,21 @@ func (f *fixture) startNodeAlone(ctx context.Context, name, shard string) (*node
 }
 
 func (f *fixture) start(ctx context.Context, name, shard string, alone bool) (*node.Node, error) {
+	var boot []string
+	if len(f.nodes) > 0 && !alone {
+		boot = f.nodes[0].Addrs()
+	}
+	return f.startBoot(ctx, name, shard, boot)
+}
+
+// startBoot runs a node hosting shard, bootstrapped from boot (none: a
+// swarm of its own).
+func (f *fixture) startBoot(ctx context.Context, name, shard string, boot []string) (*node.Node, error) {
 	home := filepath.Join(f.dir, name)
 	if err := f.copyTo(home, shard, f.st.MC.String(), f.st.Manifest.Tokenizer.CID); err != nil {
 		return nil, err
 	}
-	cfg := node.Config{Home: home, Shard: shard, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Threads: 1}
-	if len(f.nodes) > 0 && !alone {
-		cfg.Bootstrap = f.nodes[0].Addrs()
-	}
+	cfg := node.Config{Home: home, Shard: shard, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Threads: 1, Bootstrap: boot}
 	n, err := node.New(ctx, cfg)
 	if err != nil {
 		return nil, err

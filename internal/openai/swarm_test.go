@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/pipeshard/pipeshard/internal/openai"
+	"github.com/pipeshard/pipeshard/node"
 	"github.com/pipeshard/pipeshard/ovrt/sample"
+	"github.com/pipeshard/pipeshard/swarm"
 )
 
 // recordGen passes sequences on to the swarm and reports how each ended.
@@ -166,5 +168,148 @@ func TestNoRoute(t *testing.T) {
 		if e.Error.Code == nil || *e.Error.Code != "model_unavailable" || !strings.Contains(e.Error.Message, "no route") {
 			t.Fatalf("error %+v", e.Error)
 		}
+	}
+}
+
+// TestFailoverMidRequest: a node of the shared route dies while a
+// streamed request runs through it. The sequence fails over to the other
+// provider of the node's layers, the client gets the text of an
+// uninterrupted local run, and the shared route moves off the dead node.
+// With verification on (swarm serve's default rate), checks run on the
+// other provider until the death leaves none.
+func TestFailoverMidRequest(t *testing.T) {
+	f := getFixture(t)
+	for _, verify := range []float64{0, swarm.DefaultVerifyRate} {
+		t.Run(fmt.Sprintf("verify=%v", verify), func(t *testing.T) { testFailoverMidRequest(t, f, verify) })
+	}
+}
+
+func testFailoverMidRequest(t *testing.T, f *fixture, verify float64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// A swarm of the test's own, so that the dead node is no other
+	// test's: the middle shard on two nodes.
+	sh := f.st.Cuts[0].Shards
+	tag := fmt.Sprintf("fo%v-", verify)
+	first, err := f.startBoot(ctx, tag+"0", sh[0].CID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	mids := map[string]*node.Node{}
+	all := []*node.Node{first}
+	for _, name := range []string{"1a", "1b", "2"} {
+		shard := sh[1].CID
+		if name == "2" {
+			shard = sh[2].CID
+		}
+		n, err := f.startBoot(ctx, tag+name, shard, first.Addrs())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer n.Close()
+		all = append(all, n)
+		if shard == sh[1].CID {
+			mids[n.ID().String()] = n
+		}
+	}
+	c, err := f.newClient(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	m := f.st.Manifest
+	// Wait until both providers of the middle shard answer, so that the
+	// failover has somewhere to go.
+	for {
+		_, _, provs, err := c.FindRoute(ctx, m, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		up := 0
+		for _, p := range provs {
+			if p.Shard.CID == sh[1].CID && p.RTT > 0 {
+				up++
+			}
+		}
+		if up == 2 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d providers of the middle shard found, want 2", up)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	gen := &openai.Swarm{Client: c, Model: m, FindTimeout: 30 * time.Second, Verify: verify, Bans: &swarm.Bans{}}
+	hops, _, err := gen.Route(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var victim *node.Node
+	for _, h := range hops {
+		if n := mids[h.Peer.ID.String()]; n != nil {
+			victim = n
+		}
+	}
+	if victim == nil {
+		t.Fatalf("the route %v has no provider of the middle shard", hops)
+	}
+	srv := httptest.NewServer(openai.New(f.cfg, gen))
+	defer srv.Close()
+
+	// Kill the victim once it has served killAt forwards: a sequence
+	// well under way (streamed text may be held back for checks, so the
+	// kill follows the node's work, not the client's output).
+	const tokens, killAt = 60, 12
+	kctx, kcancel := context.WithCancel(ctx)
+	defer kcancel()
+	killed := make(chan struct{})
+	go func() {
+		defer close(killed)
+		for victim.Stage.Snapshot().Forwards < killAt {
+			select {
+			case <-kctx.Done():
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
+		t.Logf("closing %s after %d forwards", victim.ID(), victim.Stage.Snapshot().Forwards)
+		victim.Close()
+	}()
+	prompt := f.tok.Encode(story, true)
+	want := f.text(prompt, f.local(t, prompt, tokens, sample.Params{}))
+	body := fmt.Sprintf(`{"model": "stories15M", "prompt": %q, "max_tokens": %d, "temperature": 0, "stream": true}`, story, tokens)
+	data, done := events(t, post(t, srv.URL+"/v1/completions", body))
+	kcancel() // stop the killer if the request ended first
+	<-killed
+	if !done {
+		t.Fatalf("no [DONE]: %v", data)
+	}
+	texts, finish, _ := chunkText(t, data, false, 1)
+	if texts[0] != want || finish[0] != "length" {
+		t.Fatalf("streamed %q (%s), want %q (length)", texts[0], finish[0], want)
+	}
+	if got := victim.Stage.Snapshot().Forwards; got >= tokens {
+		t.Fatalf("the victim served all %d forwards: it died too late to test a failover", got)
+	}
+	after, _, err := gen.Route(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range after {
+		if h.Peer.ID == victim.ID() {
+			t.Fatalf("the shared route %v still goes through the dead node", after)
+		}
+	}
+	if !waitFor(10*time.Second, func() bool {
+		for _, n := range all {
+			if n != victim && n.Stage.Sessions() != 0 {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatal("sessions left open on the live nodes")
 	}
 }
