@@ -6,12 +6,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/pipeshard/pipeshard/internal/cli"
 	"github.com/pipeshard/pipeshard/internal/testmodel"
@@ -207,5 +211,45 @@ func TestOpenAISDK(t *testing.T) {
 	}
 	if got.Error.Status != 404 || got.Error.Code != "model_not_found" {
 		t.Errorf("unknown model: the SDK saw %+v", got.Error)
+	}
+
+	// Beside the API, on the same address: Prometheus metrics that
+	// counted every token the SDK was sent and show no session left
+	// open, and the dashboard.
+	root := strings.TrimSuffix(base, "/v1")
+	resp, err := http.Get(root + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("/metrics: %v", err)
+	}
+	value := func(name string) float64 {
+		f := fams[name]
+		if f == nil || len(f.Metric) != 1 {
+			t.Fatalf("/metrics has no single %s", name)
+		}
+		if c := f.Metric[0].GetCounter(); c != nil {
+			return c.GetValue()
+		}
+		return f.Metric[0].GetGauge().GetValue()
+	}
+	const generations = 6 // the SDK calls above that generate
+	if n := value("pipeshard_client_tokens_total"); n != generations*maxTokens {
+		t.Errorf("pipeshard_client_tokens_total %v, want %d", n, generations*maxTokens)
+	}
+	if n := value("pipeshard_client_sessions"); n != 0 {
+		t.Errorf("pipeshard_client_sessions %v after every request ended, want 0", n)
+	}
+	page, err := http.Get(root + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page.Body.Close()
+	if ct := page.Header.Get("Content-Type"); page.StatusCode != http.StatusOK || !strings.HasPrefix(ct, "text/html") {
+		t.Errorf("GET /: %s, %s; want the dashboard", page.Status, ct)
 	}
 }
