@@ -292,23 +292,27 @@ func (s *Server) params(c *common, maxTokens *int, chat bool, prompt []int) (*jo
 
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	var req CompletionRequest
-	if !s.decode(w, r, &req) {
-		return
+	if s.decode(w, r, &req) {
+		s.serve(w, r, req.Model, func() (*job, error) { return s.completionJob(&req) })
 	}
-	if req.Model == "" {
+}
+
+// serve checks a decoded request's model, builds its job and runs it.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, model string, build func() (*job, error)) {
+	if model == "" {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "model", "", "model is required")
 		return
 	}
-	if !s.known(req.Model) {
-		s.unknownModel(w, req.Model)
+	if !s.known(model) {
+		s.unknownModel(w, model)
 		return
 	}
-	j, err := s.completionJob(&req)
+	j, err := build()
 	if err != nil {
 		s.paramError(w, err)
 		return
 	}
-	s.run(w, r, j, req.Model)
+	s.run(w, r, j, model)
 }
 
 func (s *Server) completionJob(req *CompletionRequest) (*job, error) {
@@ -340,23 +344,9 @@ func (s *Server) completionJob(req *CompletionRequest) (*job, error) {
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	var req ChatRequest
-	if !s.decode(w, r, &req) {
-		return
+	if s.decode(w, r, &req) {
+		s.serve(w, r, req.Model, func() (*job, error) { return s.chatJob(&req) })
 	}
-	if req.Model == "" {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "model", "", "model is required")
-		return
-	}
-	if !s.known(req.Model) {
-		s.unknownModel(w, req.Model)
-		return
-	}
-	j, err := s.chatJob(&req)
-	if err != nil {
-		s.paramError(w, err)
-		return
-	}
-	s.run(w, r, j, req.Model)
 }
 
 func (s *Server) chatJob(req *ChatRequest) (*job, error) {
