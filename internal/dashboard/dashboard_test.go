@@ -19,8 +19,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/ipfs/go-cid"
-
 	"github.com/pipeshard/pipeshard/internal/dashboard"
 	"github.com/pipeshard/pipeshard/internal/generate"
 	"github.com/pipeshard/pipeshard/internal/metrics"
@@ -28,7 +26,6 @@ import (
 	"github.com/pipeshard/pipeshard/internal/testmodel"
 	"github.com/pipeshard/pipeshard/internal/teststore"
 	"github.com/pipeshard/pipeshard/node"
-	"github.com/pipeshard/pipeshard/shards"
 	"github.com/pipeshard/pipeshard/swarm"
 )
 
@@ -50,28 +47,10 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
-func copyTo(t *testing.T, st *teststore.Store, home string, cids ...string) {
-	t.Helper()
-	dst, err := shards.Open(home)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dst.Close()
-	for _, s := range cids {
-		var b bytes.Buffer
-		if err := st.Blocks.Export(context.Background(), cid.MustParse(s), &b); err != nil {
-			t.Fatal(err)
-		}
-		if got, err := dst.Blocks.AddFile(context.Background(), &b, nil); err != nil || got.String() != s {
-			t.Fatalf("copy %s: %s, %v", s, got, err)
-		}
-	}
-}
-
 func startNode(t *testing.T, ctx context.Context, st *teststore.Store, shard string, boot []string) *node.Node {
 	t.Helper()
 	home := filepath.Join(t.TempDir(), "node")
-	copyTo(t, st, home, shard, st.MC.String(), st.Manifest.Tokenizer.CID)
+	st.CopyTo(t, home, shard, st.MC.String(), st.Manifest.Tokenizer.CID)
 	n, err := node.New(ctx, node.Config{Home: home, Shard: shard, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Threads: 1, Bootstrap: boot})
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ipfs/go-cid"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -21,7 +20,6 @@ import (
 	"github.com/pipeshard/pipeshard/internal/teststore"
 	"github.com/pipeshard/pipeshard/internal/wire"
 	"github.com/pipeshard/pipeshard/node"
-	"github.com/pipeshard/pipeshard/shards"
 	"github.com/pipeshard/pipeshard/swarm"
 )
 
@@ -101,7 +99,7 @@ type served struct {
 func startNode(t *testing.T, ctx context.Context, st *teststore.Store, shard string, boot []string) served {
 	t.Helper()
 	home := filepath.Join(t.TempDir(), "node")
-	copyTo(t, st, home, shard, st.MC.String(), st.Manifest.Tokenizer.CID)
+	st.CopyTo(t, home, shard, st.MC.String(), st.Manifest.Tokenizer.CID)
 	var n *node.Node
 	m := metrics.NewNode(metrics.NodeGauges{
 		QueuedTokens: func() float64 { return float64(n.Stage.Snapshot().QueuedTokens) },
@@ -118,24 +116,6 @@ func startNode(t *testing.T, ctx context.Context, st *teststore.Store, shard str
 	srv := httptest.NewServer(m.Handler())
 	t.Cleanup(srv.Close)
 	return served{n, srv.URL}
-}
-
-func copyTo(t *testing.T, st *teststore.Store, home string, cids ...string) {
-	t.Helper()
-	dst, err := shards.Open(home)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dst.Close()
-	for _, s := range cids {
-		var b bytes.Buffer
-		if err := st.Blocks.Export(context.Background(), cid.MustParse(s), &b); err != nil {
-			t.Fatal(err)
-		}
-		if got, err := dst.Blocks.AddFile(context.Background(), &b, nil); err != nil || got.String() != s {
-			t.Fatalf("copy %s: %s, %v", s, got, err)
-		}
-	}
 }
 
 // TestCountersMoveDuringGeneration scrapes real nodes and a real client

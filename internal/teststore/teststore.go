@@ -1,9 +1,11 @@
 package teststore
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
+	"testing"
 
 	"github.com/ipfs/go-cid"
 
@@ -70,4 +72,24 @@ func Build(ctx context.Context, dir, model, tok string, cuts ...Cut) (*Store, er
 	}
 	out.Manifest, out.MC = m, mc
 	return out, nil
+}
+
+// CopyTo puts the stored files cids into the store of home, as a node
+// that already holds its shard would have them.
+func (s *Store) CopyTo(t testing.TB, home string, cids ...string) {
+	t.Helper()
+	dst, err := shards.Open(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	for _, c := range cids {
+		var b bytes.Buffer
+		if err := s.Blocks.Export(context.Background(), cid.MustParse(c), &b); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := dst.Blocks.AddFile(context.Background(), &b, nil); err != nil || got.String() != c {
+			t.Fatalf("copy %s: %s, %v", c, got, err)
+		}
+	}
 }
