@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/pipeshard/pipeshard/internal/testwatch"
 	"io"
 	"net/http/httptest"
 	"os"
@@ -49,7 +50,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := testwatch.Run(m)
 	if fix != nil {
 		fix.close()
 	}

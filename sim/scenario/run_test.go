@@ -3,6 +3,7 @@ package scenario
 import (
 	"context"
 	"errors"
+	"github.com/pipeshard/pipeshard/internal/testwatch"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -49,7 +50,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	cacheDir = dir
-	code := m.Run()
+	code := testwatch.Run(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
