@@ -116,6 +116,24 @@ func TestSpeculativeIsRun(t *testing.T) {
 					func(b *toy) spec.Drafter { return &noisy{target: b, hit: 0.7, r: rand.New(rand.NewPCG(1, 2))} },
 					func(b *toy) spec.Drafter { return &noisy{target: b, hit: 1, r: rand.New(rand.NewPCG(1, 2))} },
 					func(b *toy) spec.Drafter { return &noisy{target: b, hit: 0, r: rand.New(rand.NewPCG(1, 2))} },
+					// A history that holds this very answer (drafts mostly
+					// right), and one of noise (mostly wrong).
+					func(*toy) spec.Drafter {
+						h := spec.NewHistory(0)
+						h.Add(append(slices.Clone(prompt), ref.IDs...))
+						return spec.NGram{History: h}
+					},
+					func(*toy) spec.Drafter {
+						h, r := spec.NewHistory(64), rand.New(rand.NewPCG(3, 4))
+						for range 20 {
+							seq := make([]int, 1+r.IntN(12))
+							for i := range seq {
+								seq[i] = r.IntN(8)
+							}
+							h.Add(seq)
+						}
+						return spec.NGram{History: h}
+					},
 				} {
 					name := fmt.Sprintf("sampled=%v/opts=%d/K=%d/drafter=%d", sampled, oi, k, di)
 					b := &toy{vocab: 8, sampled: sampled}
