@@ -46,6 +46,7 @@ func TestScripts(t *testing.T) {
 			"cmp-ids":       cmpIDs,
 			"jsonfield":     jsonField,
 			"eq":            eq,
+			"lt":            lt,
 			"waitfile":      waitFile,
 		},
 	})
@@ -91,6 +92,20 @@ func eq(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	if (args[0] == args[1]) == neg {
 		ts.Fatalf("%q vs %q", args[0], args[1])
+	}
+}
+
+// lt A B checks that number A is less than number B.
+func lt(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: lt a b")
+	}
+	a, err := strconv.ParseFloat(args[0], 64)
+	ts.Check(err)
+	b, err := strconv.ParseFloat(args[1], 64)
+	ts.Check(err)
+	if (a < b) == neg {
+		ts.Fatalf("%s < %s is %v", args[0], args[1], a < b)
 	}
 }
 

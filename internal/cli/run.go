@@ -9,6 +9,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -61,6 +63,7 @@ func genFlags(fs *flag.FlagSet) {
 	fs.String("draft-model", "", "the draft model of --speculate draft, run here: a file, a known name or a model CID; same vocabulary as the model")
 	fs.String("draft-quant", "", "weight type of the draft model: f32, q8 or q4 (default: --quant)")
 	fs.String("spec-k", "auto", "drafts verified per traversal: auto or 1 to 64")
+	fs.String("history", "", "--speculate ngram also drafts from earlier prompts and answers kept in this file, and adds this one; off: the context only (default: HOME/history/MODEL.ngram)")
 }
 
 // genRequest is what the generation flags ask for.
@@ -80,6 +83,12 @@ type genRequest struct {
 	pointMass  bool // a draft model proposes its argmax even when sampling
 	threads    int
 	vocab      int
+
+	// The n-gram drafter's history: the --history flag, and the history
+	// it opened (nil: none) at histPath.
+	historyFlag string
+	hist        *spec.History
+	histPath    string
 
 	// rewinding, if set, runs plain generation on a backend that may take
 	// tokens back (sampled verification): it tells onRewind how many
@@ -128,6 +137,7 @@ func (g *genRequest) parseSpec(fs *flag.FlagSet) error {
 		return usagef("--spec-k: %v", err)
 	}
 	g.specK = k
+	g.historyFlag = flagString(fs, "history")
 	q := flagString(fs, "draft-quant")
 	if q == "" {
 		q = flagString(fs, "quant")
@@ -139,11 +149,40 @@ func (g *genRequest) parseSpec(fs *flag.FlagSet) error {
 	return nil
 }
 
+// openHistory opens the n-gram drafter's history of model, under home
+// unless --history names a file. A history that cannot be read is
+// reported and not used: it only ever changes the speed.
+func (g *genRequest) openHistory(env *Env, home, model string) {
+	if g.speculate != "ngram" || g.historyFlag == "off" {
+		return
+	}
+	path := g.historyFlag
+	if path == "" {
+		path = filepath.Join(home, "history", strings.NewReplacer("/", "_", string(filepath.Separator), "_").Replace(model)+".ngram")
+	}
+	h, err := spec.LoadHistory(path, g.vocab, 0)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "warning: n-gram history not used: %v\n", err)
+		return
+	}
+	g.hist, g.histPath = h, path
+}
+
+// remember adds a prompt's answer to the n-gram history, if one is open.
+func (g *genRequest) remember(env *Env, ids []int) {
+	if g.hist == nil || len(ids) == 0 {
+		return
+	}
+	if err := g.hist.Append(g.histPath, append(slices.Clone(g.promptIDs), ids...)); err != nil {
+		fmt.Fprintf(env.Stderr, "warning: n-gram history: %v\n", err)
+	}
+}
+
 // drafter loads what --speculate asks for; close releases it.
 func (g *genRequest) drafter(ctx context.Context, env *Env) (d spec.Drafter, close func(), err error) {
 	switch g.speculate {
 	case "ngram":
-		return spec.NGram{}, func() {}, nil
+		return spec.NGram{History: g.hist}, func() {}, nil
 	case "draft":
 		lm, err := openModel(ctx, env, g.draftModel, g.draftQuant, g.threads)
 		if err != nil {
@@ -265,6 +304,11 @@ func runLocal(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 	if err != nil {
 		return err
 	}
+	key := filepath.Base(src)
+	if lm.manifest != nil {
+		key = lm.manifest.ModelID
+	}
+	g.openHistory(env, models.Home(), key)
 	fwd, err := generate.NewLocal(g.sampling, lm.models...)
 	if err != nil {
 		return err
@@ -318,6 +362,7 @@ func (g *genRequest) run(ctx context.Context, env *Env, fwd generate.Backend, ex
 		}
 		return err
 	}
+	g.remember(env, res.IDs)
 	if logitsFile != nil {
 		if err := logitsFile.Close(); err != nil {
 			return err
@@ -356,6 +401,7 @@ func (g *genRequest) run(ctx context.Context, env *Env, fwd generate.Backend, ex
 			"tokens_per_traversal": res.TokensPerTraversal(),
 			"draft_ms":             float64(res.DraftTime.Microseconds()) / 1e3,
 			"point_mass":           g.speculate == "ngram" || g.sampling.Greedy() || g.pointMass,
+			"history":              g.histPath, // "" when none
 		}
 	}
 	for k, v := range extra {

@@ -431,6 +431,12 @@ func simClient(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 	if err != nil {
 		return err
 	}
+	// A sim client drafts from a history only when given one, and never
+	// adds to it: it measures, and its repeats must not draft from each
+	// other.
+	if g.historyFlag != "" {
+		g.openHistory(env, "", m.ModelID)
+	}
 	var mu sync.Mutex
 	enc := json.NewEncoder(env.Stdout)
 	emit := func(rec *scenario.ClientRecord) {

@@ -162,6 +162,7 @@ func swarmGenerate(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 	if err != nil {
 		return err
 	}
+	g.openHistory(env, flagString(fs, "home"), m.ModelID)
 	batch := 1
 	if fs.Lookup("batch") != nil { // demo calls this without --batch
 		batch = flagInt(fs, "batch")
@@ -357,6 +358,8 @@ func swarmBatch(ctx context.Context, env *Env, c *swarm.Client, m *shards.Manife
 		total += len(r.res.IDs)
 		if r.err != nil {
 			errs = append(errs, fmt.Errorf("sequence %d: %w", i, r.err))
+		} else {
+			g.remember(env, r.res.IDs)
 		}
 	}
 	rate := 0.0
