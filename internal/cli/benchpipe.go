@@ -48,6 +48,7 @@ medians of per-repeat ratios.`,
 			fs.String("ks", "1,3,6,10", "table d: fixed K values (auto is always measured)")
 			fs.String("batch", "1,2,4,8", "table b: streams")
 			fs.String("draft-quant", "q4", "table d: weight type of the draft model (stories15M)")
+			fs.Int("history-stories", 400, "table c: earlier answers (to other prompts) in the n-gram history of its n-gram + history contender; 0: none")
 			fs.String("out", "", "write the Markdown here (default: stdout)")
 			fs.String("svg", "", "write one SVG plot per table into this directory")
 			fs.String("work", "", "keep the swarm runs' node and client logs here (default: temporary)")
@@ -87,7 +88,7 @@ func benchPipeline(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 		return usagef("--tables: %v", err)
 	}
 	c := pipebench.Config{Tables: tables, Repeats: flagInt(fs, "repeats"), Tokens: flagInt(fs, "tokens"),
-		Threads: flagInt(fs, "threads"), Streams: flagInt(fs, "streams"), DraftQuant: flagString(fs, "draft-quant"),
+		Threads: flagInt(fs, "threads"), Streams: flagInt(fs, "streams"), HistoryStories: historyStories(flagInt(fs, "history-stories")), DraftQuant: flagString(fs, "draft-quant"),
 		WorkDir: flagString(fs, "work"), Binary: selfBinary()}
 	if c.Delays, err = msList("delays", flagString(fs, "delays")); err != nil {
 		return err
@@ -188,4 +189,13 @@ func loadAvg() string {
 		return "unknown"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// historyStories maps --history-stories to pipebench's setting: 0 (none)
+// is negative there, where 0 is the default.
+func historyStories(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }

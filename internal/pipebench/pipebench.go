@@ -30,6 +30,10 @@ type Config struct {
 	Ks      []int           // table d: fixed K rows (auto is always added)
 	Streams int             // table c: streams of the full stack
 	Batch   []int           // table b: streams
+	// HistoryStories is how many earlier answers (to other prompts) the
+	// n-gram drafter's history holds in table c's "n-gram + history"
+	// contender (default 400; negative: no such contender).
+	HistoryStories int
 
 	// Binary is the pipeshard executable the nodes and clients run.
 	Binary string
@@ -57,6 +61,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Streams < 1 {
 		c.Streams = 16
+	}
+	if c.HistoryStories == 0 {
+		c.HistoryStories = 400
 	}
 	if len(c.Batch) == 0 {
 		c.Batch = []int{1, 2, 4, 8}

@@ -222,17 +222,44 @@ func wanTable(ctx context.Context, c Config) (*Table, error) {
 	full := fmt.Sprintf("%d streams + n-gram", c.Streams)
 	streams := fmt.Sprintf("%d streams", c.Streams)
 	t := &Table{ID: "c", Title: fmt.Sprintf("WAN: naive vs full stack, stories15M f32 on 2 nodes (1 core each), %d tokens per stream", c.Tokens),
-		Header: []string{"one-way delay per link", "naive tok/s", "n-gram, 1 stream", "n-gram/naive", streams, streams + "/naive",
-			"full: " + full, "full/naive", "full tok/s per stream", "n-gram acceptance"}}
+		Header: []string{"one-way delay per link", "naive tok/s", "n-gram, 1 stream", "n-gram/naive"}}
 	line := plot.Line{Title: "table c: full stack / naive", XLabel: "one-way delay per link (ms)", YLabel: "× naive", Points: true}
-	series := []plot.Series{{Name: "n-gram, 1 stream"}, {Name: streams}, {Name: full}}
+	series := []plot.Series{{Name: "n-gram, 1 stream"}}
+	// The n-gram drafter with a history of earlier answers, as a client
+	// that has served other requests has (HOME/history).
+	var histArgs []string
+	if c.HistoryStories > 0 {
+		dir := c.WorkDir
+		if dir == "" {
+			var err error
+			if dir, err = os.MkdirTemp("", "pipebench-history-"); err != nil {
+				return nil, err
+			}
+			defer os.RemoveAll(dir)
+		}
+		path := filepath.Join(dir, "history.ngram")
+		n, err := buildHistory(ctx, c, path)
+		if err != nil {
+			return nil, fmt.Errorf("n-gram history: %w", err)
+		}
+		histArgs = []string{"--speculate", "ngram", "--history", path}
+		t.Header = append(t.Header, "n-gram + history, 1 stream", "n-gram + history/naive")
+		series = append(series, plot.Series{Name: "n-gram + history, 1 stream"})
+		t.Notes = append(t.Notes, fmt.Sprintf("n-gram + history: the client's n-gram history holds %d earlier answers to other prompts (%d tokens, greedy, up to 200 tokens each), as `swarm generate --speculate ngram` keeps them in HOME/history; it never holds this prompt's answer.", c.HistoryStories, n))
+	}
+	t.Header = append(t.Header, streams, streams+"/naive", "full: "+full, "full/naive", "full tok/s per stream", "n-gram acceptance")
+	series = append(series, plot.Series{Name: streams}, plot.Series{Name: full})
 	same := true
 	for _, d := range c.Delays {
 		var ph []phase
 		for r := range c.Repeats {
 			ph = append(ph,
 				phase{key: "naive", rep: r, inFlight: 1},
-				phase{key: "ngram", rep: r, inFlight: 1, args: []string{"--speculate", "ngram"}},
+				phase{key: "ngram", rep: r, inFlight: 1, args: []string{"--speculate", "ngram"}})
+			if histArgs != nil {
+				ph = append(ph, phase{key: "hist", rep: r, inFlight: 1, args: histArgs})
+			}
+			ph = append(ph,
 				phase{key: "streams", rep: r, inFlight: c.Streams},
 				phase{key: "full", rep: r, inFlight: c.Streams, args: []string{"--speculate", "ngram"}})
 		}
@@ -247,16 +274,22 @@ func wanTable(ctx context.Context, c Config) (*Table, error) {
 		rn := median(ratios(ph, ss, "ngram", "naive", agg))
 		rs := median(ratios(ph, ss, "streams", "naive", agg))
 		rf := median(ratios(ph, ss, "full", "naive", agg))
-		t.Rows = append(t.Rows, []string{fmt.Sprintf("%d ms", d.Milliseconds()), f1(median(a["naive"])), f1(median(a["ngram"])), ratio(rn),
-			f1(median(a["streams"])), ratio(rs), f1(median(a["full"])), ratio(rf), f1(median(per["full"])), pct(median(acc["full"]))})
+		row := []string{fmt.Sprintf("%d ms", d.Milliseconds()), f1(median(a["naive"])), f1(median(a["ngram"])), ratio(rn)}
+		vs := []float64{rn}
+		if histArgs != nil {
+			rh := median(ratios(ph, ss, "hist", "naive", agg))
+			row = append(row, f1(median(a["hist"])), ratio(rh))
+			vs = append(vs, rh)
+		}
+		t.Rows = append(t.Rows, append(row, f1(median(a["streams"])), ratio(rs), f1(median(a["full"])), ratio(rf), f1(median(per["full"])), pct(median(acc["full"]))))
 		x := float64(d.Milliseconds())
-		for i, v := range []float64{rn, rs, rf} {
+		for i, v := range append(vs, rs, rf) {
 			series[i].X, series[i].Y = append(series[i].X, x), append(series[i].Y, v)
 		}
 	}
 	line.Series = series
 	t.Plot = line
-	t.Notes = append(t.Notes, fmt.Sprintf("Route: client → n0 → n1 → client, so a traversal crosses 3 delayed links. %d repeats per delay, the four contenders alternating in one run per delay; ratios are medians of per-repeat ratios. Greedy output identical across all contenders and streams: %v.", c.Repeats, same))
+	t.Notes = append(t.Notes, fmt.Sprintf("Route: client → n0 → n1 → client, so a traversal crosses 3 delayed links. %d repeats per delay, the contenders alternating in one run per delay; ratios are medians of per-repeat ratios. Greedy output identical across all contenders and streams: %v.", c.Repeats, same))
 	return t, nil
 }
 
