@@ -34,6 +34,9 @@ var (
 	ErrConfig   = errors.New("node: invalid configuration")
 	ErrNoShard  = errors.New("node: shard not available")
 	ErrTooLarge = errors.New("node: shard exceeds --max-memory")
+	// ErrCloseTimeout: a part of the node did not close in time; Close
+	// went on with the others and returned.
+	ErrCloseTimeout = errors.New("node: close timed out")
 )
 
 // Config is a node's configuration.
@@ -294,20 +297,21 @@ func (n *Node) provideLoop(ctx context.Context) {
 
 // Close stops the node's host and closes its store.
 func (n *Node) Close() error {
+	var parts []ClosePart
 	if n.model != nil {
-		n.model.Close()
+		parts = append(parts, ClosePart{"model", n.model.Close})
 	}
 	if n.Fetch != nil {
-		n.Fetch.Close()
+		parts = append(parts, ClosePart{"fetch", func() { n.Fetch.Close() }})
 	}
 	if n.DHT != nil {
-		n.DHT.Close()
+		parts = append(parts, ClosePart{"DHT", func() { n.DHT.Close() }})
 	}
 	if n.Host != nil {
-		n.Host.Close()
+		parts = append(parts, ClosePart{"host", func() { n.Host.Close() }})
 	}
 	if n.Store != nil {
-		n.Store.Close()
+		parts = append(parts, ClosePart{"store", func() { n.Store.Close() }})
 	}
-	return nil
+	return CloseParts(n.log, parts...)
 }

@@ -116,19 +116,20 @@ func (c *Client) Close() error {
 	if c.cancel != nil {
 		c.cancel()
 	}
+	var parts []node.ClosePart
 	if c.fetch != nil {
-		c.fetch.Close()
+		parts = append(parts, node.ClosePart{Name: "fetch", Close: func() { c.fetch.Close() }})
 	}
 	if c.DHT != nil {
-		c.DHT.Close()
+		parts = append(parts, node.ClosePart{Name: "DHT", Close: func() { c.DHT.Close() }})
 	}
 	if c.Host != nil {
-		c.Host.Close()
+		parts = append(parts, node.ClosePart{Name: "host", Close: func() { c.Host.Close() }})
 	}
 	if c.Store != nil {
-		c.Store.Close()
+		parts = append(parts, node.ClosePart{Name: "store", Close: func() { c.Store.Close() }})
 	}
-	return nil
+	return node.CloseParts(c.log, parts...)
 }
 
 // Status returns the tracker of model id's status records, joining its
