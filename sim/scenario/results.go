@@ -89,6 +89,9 @@ type Results struct {
 	// Model is the model CID the swarm served, Layouts its cuts.
 	Model   string   `json:"model"`
 	Layouts []string `json:"layouts"`
+	// Store is the pipeshard home whose store holds the model and its
+	// shards (PIPESHARD_HOME for `pipeshard run --shards`).
+	Store string `json:"store,omitempty"`
 	// StartupSeconds is how long the initial nodes took to come up;
 	// Seconds is the run after that.
 	StartupSeconds float64 `json:"startup_seconds"`

@@ -244,7 +244,8 @@ type prepared struct {
 func (r *runner) prepare(ctx context.Context) error {
 	m := r.sc.Model
 	src := m.Name
-	if _, known := models.Known[src]; !known {
+	synth, isSynth := strings.CutPrefix(src, SynthPrefix)
+	if _, known := models.Known[src]; !known && !isSynth {
 		abs, err := filepath.Abs(src)
 		if err != nil {
 			return fmt.Errorf("%w: model %s: %w", ErrRun, src, err)
@@ -259,6 +260,7 @@ func (r *runner) prepare(ctx context.Context) error {
 	key := sha256.Sum256([]byte(m.Name + "|" + m.Quant))
 	dir := filepath.Join(r.env.CacheDir, hex.EncodeToString(key[:8]))
 	r.cache = dir
+	r.res.Store = dir
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("%w: %w", ErrRun, err)
 	}
@@ -269,8 +271,13 @@ func (r *runner) prepare(ctx context.Context) error {
 	}
 	impFile := filepath.Join(dir, "import.json")
 	if b, err := os.ReadFile(impFile); err != nil || json.Unmarshal(b, &imp) != nil || imp.Model == "" {
+		args := []string{"shards", "import", "--home", dir, "--json", src}
+		if isSynth {
+			// Made, not imported: the same bytes on every machine.
+			args = []string{"shards", "synth", "--home", dir, "--json", "--shape", synth, "--quant", m.Quant, "--seed", "1"}
+		}
 		r.env.Log.Info("importing", "model", src)
-		out, err := r.tool(ctx, "shards", "import", "--home", dir, "--json", src)
+		out, err := r.tool(ctx, args...)
 		if err != nil {
 			return err
 		}

@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"github.com/pipeshard/pipeshard/internal/testwatch"
 	"log/slog"
@@ -200,6 +201,74 @@ bounds: {max_duration: 4m}
 	res.Summary(&sum)
 	if !strings.Contains(sum.String(), "2 in flight") || !strings.Contains(sum.String(), "n1") {
 		t.Errorf("summary:\n%s", sum.String())
+	}
+}
+
+// TestRunSynth serves a synthetic model (made by `shards synth`, not
+// imported) with a memory bound on each node smaller than the model: the
+// route's tokens equal the same shards chained in one process.
+func TestRunSynth(t *testing.T) {
+	s, err := Parse([]byte(`
+name: synth
+model: {name: "synth:tiny", quant: q8}
+nodes:
+  - {name: n, count: 2, layers: "0:2,2:4", memory: 150KiB}
+network: {delay: 0s}
+clients:
+  - {name: c, in_flight: [1, 2], requests: 2, prompt_ids: [1, 50, 60], tokens: 10, ignore_eos: true}
+bounds: {max_duration: 3m}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(t.Context(), s, testEnv(t, &loopback{}))
+	if err != nil {
+		t.Fatalf("%v\nerrors: %v", err, res)
+	}
+	if len(res.Errors) > 0 || res.Failed > 0 || len(res.Requests) != 4 {
+		t.Fatalf("errors %v, %d failed, %d requests", res.Errors, res.Failed, len(res.Requests))
+	}
+	// The whole model does not fit one node's bound.
+	run := func(args ...string) []byte {
+		cmd := exec.Command(pipeshard(t), args...)
+		cmd.Env = append(os.Environ(), "PIPESHARD_HOME="+res.Store)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("pipeshard %v: %v", args, err)
+		}
+		return out
+	}
+	var manifest struct {
+		Layouts []struct {
+			Split  string
+			Shards []struct{ Bytes int64 }
+		}
+	}
+	if err := json.Unmarshal(run("shards", "show", res.Model), &manifest); err != nil {
+		t.Fatal(err)
+	}
+	var whole int64
+	for _, l := range manifest.Layouts {
+		if l.Split == "whole" {
+			whole = l.Shards[0].Bytes
+		}
+	}
+	if whole <= 150<<10 {
+		t.Errorf("the whole model holds %d bytes, not more than a node's bound", whole)
+	}
+	var chain []string
+	for _, n := range res.Nodes {
+		chain = append(chain, n.Shard)
+	}
+	var local struct{ IDs []int }
+	if err := json.Unmarshal(run("run", "--model", res.Model, "--shards", strings.Join(chain, ","), "--quant", "q8",
+		"--prompt-ids", "1,50,60", "-n", "10", "--ignore-eos", "--json"), &local); err != nil || len(local.IDs) != 10 {
+		t.Fatalf("run --shards: %v, %v", err, local.IDs)
+	}
+	for _, q := range res.Requests {
+		if !reflect.DeepEqual(q.IDs, local.IDs) {
+			t.Errorf("request %d: %v, shards chained in one process: %v", q.Slot, q.IDs, local.IDs)
+		}
 	}
 }
 

@@ -40,10 +40,16 @@ type Scenario struct {
 	lines map[string]int // "nodes.2" → line of that entry, for messages
 }
 
+// SynthPrefix starts the Model.Name of a synthetic model.
+const SynthPrefix = "synth:"
+
 // Model is the served model and the layouts (cuts) its shards come from.
 type Model struct {
-	// Name is a known model ("stories15M", the default) or a path that
-	// `pipeshard shards import` reads (llama2.c, Hugging Face, GGUF).
+	// Name is a known model ("stories15M", the default), a path that
+	// `pipeshard shards import` reads (llama2.c, Hugging Face, GGUF), or
+	// "synth:SHAPE", a synthetic model with a real model's shapes that
+	// `pipeshard shards synth --shape SHAPE --seed 1` makes (its text is
+	// noise: give clients prompt_ids).
 	Name string `yaml:"name,omitempty" json:"name,omitempty"`
 	// Quant is the shards' weight type: f32 (default), q8 or q4.
 	Quant string `yaml:"quant,omitempty" json:"quant,omitempty"`

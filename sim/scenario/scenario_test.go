@@ -196,6 +196,8 @@ func TestValidate(t *testing.T) {
 		{"head rows mid-model", func(s *Scenario) { s.Nodes[1].Layers = "2:4/0:100" }, "only a range ending at the last layer"},
 		{"unchainable range", func(s *Scenario) { s.Nodes[1].Layers = "1:3" }, "range 1:3: no chain"},
 		{"bad layout", func(s *Scenario) { s.Model.Layouts = []string{"0:2,3:6"} }, "layouts[0]"},
+		{"unknown synthetic shape", func(s *Scenario) { s.Model.Name = "synth:llama9" }, `unknown shape "llama9"`},
+		{"range past a synthetic model", func(s *Scenario) { s.Model.Name = "synth:tiny"; s.Nodes[1].Layers = "2:6" }, "the model has 4 layers"},
 		{"auto with nothing to choose", func(s *Scenario) {
 			s.Nodes = []Node{{Name: "a", Count: 2, Cores: 1, Layers: "auto"}}
 		}, "no layouts to choose from"},

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/pipeshard/pipeshard/ovrt"
+	"github.com/pipeshard/pipeshard/shards"
 )
 
 // Validate reports the first thing wrong with the scenario, wrapping
@@ -34,6 +35,13 @@ func (s *Scenario) Validate() error {
 		return bad("model: quant %q: want f32, q8 or q4", m.Quant)
 	}
 	shape, known := KnownShapes[m.Name]
+	if sh, ok := strings.CutPrefix(m.Name, SynthPrefix); ok {
+		cfg, err := shards.SynthConfig(sh, 0)
+		if err != nil {
+			return bad("model: %v", err)
+		}
+		shape, known = Shape{Layers: cfg.Layers, Vocab: cfg.Vocab, Context: cfg.Context}, true
+	}
 	for i, n := range m.Stages {
 		if n < 1 || n > 64 || known && n > shape.Layers+4 {
 			return bad("model: stages[%d] = %d", i, n)
