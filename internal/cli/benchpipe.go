@@ -38,7 +38,7 @@ medians of per-repeat ratios.`,
 			"pipeshard bench pipeline --tables a --repeats 1 --tokens 32",
 		},
 		Flags: func(fs *flag.FlagSet) {
-			fs.String("tables", "a,b,c,d", "tables to measure: a, b, c, d")
+			fs.String("tables", "a,b,c,d", "tables to measure: a, b, c, d, e")
 			fs.Int("repeats", 3, "repeats per contender (medians are reported)")
 			fs.Int("tokens", 64, "tokens generated per sequence")
 			fs.Int("threads", 1, "table a: threads of every contender")
@@ -49,6 +49,11 @@ medians of per-repeat ratios.`,
 			fs.String("batch", "1,2,4,8", "table b: streams")
 			fs.String("draft-quant", "q4", "table d: weight type of the draft model (stories15M)")
 			fs.Int("history-stories", 400, "table c: earlier answers (to other prompts) in the n-gram history of its n-gram + history contender; 0: none")
+			fs.String("big-shape", "llama3-8b", "table e: shape of the synthetic q4 model (pipeshard shards synth --shape)")
+			fs.Int("big-nodes", 4, "table e: node processes, one stage each")
+			fs.String("big-memory", "2GiB", "table e: each node's --max-memory, smaller than the model")
+			fs.Int("big-tokens", 16, "table e: tokens per stream")
+			fs.String("big-streams", "1,4", "table e: streams in flight")
 			fs.String("out", "", "write the Markdown here (default: stdout)")
 			fs.String("svg", "", "write one SVG plot per table into this directory")
 			fs.String("work", "", "keep the swarm runs' node and client logs here (default: temporary)")
@@ -101,6 +106,13 @@ func benchPipeline(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 	}
 	if c.Batch, err = intList("batch", flagString(fs, "batch")); err != nil {
 		return err
+	}
+	c.BigShape, c.BigNodes, c.BigTokens = flagString(fs, "big-shape"), flagInt(fs, "big-nodes"), flagInt(fs, "big-tokens")
+	if c.BigStreams, err = intList("big-streams", flagString(fs, "big-streams")); err != nil {
+		return err
+	}
+	if c.BigMemory, err = parseBytes(flagString(fs, "big-memory")); err != nil {
+		return usagef("--big-memory: %v", err)
 	}
 	if c.Repeats < 1 || c.Tokens < 2 {
 		return usagef("--repeats %d --tokens %d: want at least 1 and 2", c.Repeats, c.Tokens)

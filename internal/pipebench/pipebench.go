@@ -12,7 +12,7 @@ import (
 
 // Config is one `pipeshard bench pipeline` run.
 type Config struct {
-	Tables  []string // "a", "b", "c", "d"
+	Tables  []string // "a", "b", "c", "d", "e"
 	Repeats int      // per contender; figures are medians over them
 
 	// ModelPath is stories15M's llama2.c checkpoint; its tokenizer is
@@ -34,6 +34,16 @@ type Config struct {
 	// n-gram drafter's history holds in table c's "n-gram + history"
 	// contender (default 400; negative: no such contender).
 	HistoryStories int
+
+	// Table e: a synthetic model of shape BigShape in q4, cut into
+	// BigNodes stages served by as many node processes, each with
+	// --max-memory BigMemory; BigTokens per stream, with BigStreams
+	// streams in flight (defaults: llama3-8b, 4, 2 GiB, 16, [1 4]).
+	BigShape   string
+	BigNodes   int
+	BigMemory  int64
+	BigTokens  int
+	BigStreams []int
 
 	// Binary is the pipeshard executable the nodes and clients run.
 	Binary string
@@ -64,6 +74,21 @@ func (c *Config) defaults() error {
 	}
 	if c.HistoryStories == 0 {
 		c.HistoryStories = 400
+	}
+	if c.BigShape == "" {
+		c.BigShape = "llama3-8b"
+	}
+	if c.BigNodes < 1 {
+		c.BigNodes = 4
+	}
+	if c.BigMemory <= 0 {
+		c.BigMemory = 2 << 30
+	}
+	if c.BigTokens < 2 {
+		c.BigTokens = 16
+	}
+	if len(c.BigStreams) == 0 {
+		c.BigStreams = []int{1, 4}
 	}
 	if len(c.Batch) == 0 {
 		c.Batch = []int{1, 2, 4, 8}
@@ -101,6 +126,8 @@ func Run(ctx context.Context, c Config) ([]*Table, error) {
 			t, err = wanTable(ctx, c)
 		case "d":
 			t, err = kSweep(ctx, c)
+		case "e":
+			t, err = bigModel(ctx, c)
 		default:
 			err = fmt.Errorf("%w: table %s is not implemented", ErrConfig, id)
 		}

@@ -56,17 +56,12 @@ func twoStages(path string) ([]shards.Stage, error) {
 // cpus[i].
 func runSwarm(ctx context.Context, c Config, name string, delay time.Duration, cpus []string, phases []phase,
 	before func(ctx context.Context, p int) error) ([]stat, error) {
-	if c.StartNetwork == nil && delay != loopbackDelay {
-		return nil, fmt.Errorf("%w: no network emulator", ErrConfig)
-	}
 	stages, err := twoStages(c.ModelPath)
 	if err != nil {
 		return nil, err
 	}
 	sc := &scenario.Scenario{Name: name, Seed: 1,
-		Model:   scenario.Model{Name: "stories15M", Quant: "f32", Layouts: []string{scenario.FormatLayout(stages)}},
-		Network: scenario.Topology{Delay: scenario.Duration(max(delay, 0))},
-		Bounds:  scenario.Bounds{MaxDuration: scenario.Duration(2 * time.Hour)},
+		Model: scenario.Model{Name: "stories15M", Quant: "f32", Layouts: []string{scenario.FormatLayout(stages)}},
 	}
 	for i, st := range stages {
 		n := scenario.Node{Name: fmt.Sprintf("n%d", i), Count: 1, Cores: 1, Layers: st.String()}
@@ -77,6 +72,21 @@ func runSwarm(ctx context.Context, c Config, name string, delay time.Duration, c
 	}
 	cl := scenario.Client{Name: "c", Count: 1, Requests: 1, Prompt: c.Prompt, Tokens: c.Tokens, IgnoreEOS: true,
 		Timeout: scenario.Duration(2 * time.Minute)}
+	ss, _, err := runScenario(ctx, c, sc, cl, delay, phases, before)
+	return ss, err
+}
+
+// runScenario runs phases, one after another, on sc's nodes (its model
+// and nodes set; its network, bounds and client are set here), with
+// client cl, and returns what each phase measured and the run's results.
+func runScenario(ctx context.Context, c Config, sc *scenario.Scenario, cl scenario.Client, delay time.Duration, phases []phase,
+	before func(ctx context.Context, p int) error) ([]stat, *scenario.Results, error) {
+	if c.StartNetwork == nil && delay != loopbackDelay {
+		return nil, nil, fmt.Errorf("%w: no network emulator", ErrConfig)
+	}
+	name := sc.Name
+	sc.Network = scenario.Topology{Delay: scenario.Duration(max(delay, 0))}
+	sc.Bounds = scenario.Bounds{MaxDuration: scenario.Duration(2 * time.Hour)}
 	for _, p := range phases {
 		cl.InFlight = append(cl.InFlight, p.inFlight)
 		cl.Args = append(cl.Args, append([]string{"--requests", strconv.Itoa(p.inFlight)}, p.args...))
@@ -85,22 +95,22 @@ func runSwarm(ctx context.Context, c Config, name string, delay time.Duration, c
 	// Through the file format, so that the scenario gets its defaults.
 	y, err := sc.Marshal()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if sc, err = scenario.Parse(y); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	work := c.WorkDir
 	if work == "" {
 		if work, err = os.MkdirTemp("", "pipebench-"); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		defer os.RemoveAll(work)
 	}
 	var net scenario.Network = scenario.Loopback{}
 	if delay != loopbackDelay {
 		if net, err = c.StartNetwork(ctx, sc.NetSpec("auto", c.Log)); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	env := scenario.Env{Net: net, Binary: c.Binary, WorkDir: filepath.Join(work, name), Log: c.Log,
@@ -113,17 +123,17 @@ func runSwarm(ctx context.Context, c Config, name string, delay time.Duration, c
 		}}
 	res, err := scenario.Run(ctx, sc, env)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make([]stat, len(phases))
 	for p := range phases {
 		out[p] = phaseStat(res, p)
 		if out[p].failed > 0 {
-			return nil, fmt.Errorf("%s: phase %d (%s): %d requests failed (logs in %s)", name, p, phases[p].key, out[p].failed, env.WorkDir)
+			return nil, res, fmt.Errorf("%s: phase %d (%s): %d requests failed (logs in %s)", name, p, phases[p].key, out[p].failed, env.WorkDir)
 		}
 		c.Log.Info(name, "phase", p+1, "contender", phases[p].key, "tok/s", f1(out[p].agg), "per stream", f1(out[p].perStream))
 	}
-	return out, nil
+	return out, res, nil
 }
 
 func phaseStat(res *scenario.Results, p int) stat {
