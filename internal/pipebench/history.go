@@ -35,38 +35,64 @@ func historyPrompts(n int, exclude string) []string {
 	return out
 }
 
-// buildHistory writes to path the n-gram history a client would have
-// after answering stories other requests asked for (greedy, up to 200
-// tokens each, stopping at the end of the story): what `swarm generate
-// --speculate ngram` keeps in HOME/history. It returns the tokens kept.
-func buildHistory(ctx context.Context, c Config, path string) (int, error) {
+// storyModel is stories15M, compiled for one in-process generator, with
+// its tokenizer.
+type storyModel struct {
+	m   *ovrt.Model
+	tok *tokenizer.Tokenizer
+	cfg ovrt.Config
+}
+
+func loadStoryModel(c Config) (*storyModel, error) {
 	w, err := checkpoint.LoadLlama2C(c.ModelPath, 0, 0)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	m, err := ovrt.Compile(w, ovrt.WithThreads(c.Threads))
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	defer m.Close()
 	tok, err := tokenizer.LoadFor(filepath.Join(filepath.Dir(c.ModelPath), "tokenizer.bin"), w.Config.Vocab)
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	return &storyModel{m: m, tok: tok, cfg: w.Config}, nil
+}
+
+// story returns the prompt's ids followed by its greedy story (up to
+// 200 tokens, ending at the end of the story), and the prompt's length.
+func (s *storyModel) story(ctx context.Context, prompt string) ([]int, int, error) {
+	loc, err := generate.NewLocal(sample.Params{}, s.m)
+	if err != nil {
+		return nil, 0, err
+	}
+	ids := s.tok.Encode(prompt, true)
+	res, err := generate.Run(ctx, loc, ids, generate.Options{MaxTokens: 200, EOS: s.cfg.EOS, Context: s.cfg.Context})
+	if err != nil {
+		return nil, 0, err
+	}
+	return append(slices.Clone(ids), res.IDs...), len(ids), nil
+}
+
+// buildHistory writes to path the n-gram history a client would have
+// after answering c.HistoryStories requests for other stories than
+// c.Prompt's: what `swarm generate --speculate ngram` keeps in
+// HOME/history. It returns the tokens kept.
+func buildHistory(ctx context.Context, c Config, path string) (int, error) {
+	sm, err := loadStoryModel(c)
 	if err != nil {
 		return 0, err
 	}
+	defer sm.m.Close()
 	os.Remove(path)
 	h := spec.NewHistory(0)
-	opts := generate.Options{MaxTokens: 200, EOS: w.Config.EOS, Context: w.Config.Context}
 	for i, p := range historyPrompts(c.HistoryStories, c.Prompt) {
-		loc, err := generate.NewLocal(sample.Params{}, m)
-		if err != nil {
-			return 0, err
-		}
-		ids := tok.Encode(p, true)
-		res, err := generate.Run(ctx, loc, ids, opts)
+		seq, _, err := sm.story(ctx, p)
 		if err != nil {
 			return 0, fmt.Errorf("history story %d: %w", i, err)
 		}
-		if err := h.Append(path, append(ids, res.IDs...)); err != nil {
+		if err := h.Append(path, seq); err != nil {
 			return 0, err
 		}
 		if (i+1)%50 == 0 {

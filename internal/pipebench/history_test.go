@@ -1,0 +1,104 @@
+package pipebench
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/pipeshard/pipeshard/internal/spec"
+	"github.com/pipeshard/pipeshard/internal/testmodel"
+)
+
+func TestHistoryPrompts(t *testing.T) {
+	exclude := "One day, Tom wanted to play."
+	ps := historyPrompts(500, exclude)
+	if len(ps) != 500 {
+		t.Fatalf("%d prompts, want 500", len(ps))
+	}
+	seen := map[string]bool{}
+	for _, p := range ps {
+		if p == exclude || seen[p] {
+			t.Fatalf("prompt %q excluded or repeated", p)
+		}
+		seen[p] = true
+	}
+}
+
+// BenchmarkNGramHistory measures what a history of earlier answers adds
+// to the n-gram drafter on stories15M, offline: it generates greedy
+// stories for other prompts (the history, as table c builds it), then
+// replays the measured prompts' greedy stories, counting the traversals
+// a round needs with drafts from the context alone (stories=0) and from
+// the context and the first n history stories. At a latency-bound hop,
+// tokens per traversal is a single user's speed-up. "first" is table
+// c's prompt alone. Run it with -benchtime 1x: the stories are generated
+// once, which takes minutes on one core.
+func BenchmarkNGramHistory(b *testing.B) {
+	model, _ := testmodel.Stories15M(b)
+	c := Config{ModelPath: model, Repeats: 1, Tokens: 2}
+	if err := c.defaults(); err != nil {
+		b.Fatal(err)
+	}
+	sm, err := loadStoryModel(c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sm.m.Close()
+	measured := []string{c.Prompt, "Once upon a time", "The dragon", "Tim had a red ball", "One day, a little bird"}
+	var seqs [][]int
+	var starts []int
+	for _, p := range measured {
+		seq, start, err := sm.story(b.Context(), p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		seqs, starts = append(seqs, seq), append(starts, start)
+	}
+	sizes := []int{0, 100, 200, 400}
+	var hist [][]int
+	for _, p := range historyPrompts(sizes[len(sizes)-1], c.Prompt) {
+		if slices.Contains(measured, p) {
+			b.Fatalf("history prompt %q is measured", p)
+		}
+		seq, _, err := sm.story(b.Context(), p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		hist = append(hist, seq)
+	}
+	for _, n := range sizes {
+		g := spec.NGram{}
+		if n > 0 {
+			g.History = spec.NewHistory(0)
+			for _, seq := range hist[:n] {
+				g.History.Add(seq)
+			}
+		}
+		for _, k := range []int{8, 16} {
+			b.Run(fmt.Sprintf("stories=%d/K=%d", n, k), func(b *testing.B) {
+				var tokens, travs, first, firstTravs int
+				for range b.N {
+					tokens, travs = 0, 0
+					for i, seq := range seqs {
+						pos, t := starts[i]+1, 1 // the prompt's traversal gives one token
+						for pos < len(seq) {
+							d := g.Lookup(seq[:pos], k)
+							a := 0
+							for a < len(d) && pos+a < len(seq) && d[a] == seq[pos+a] {
+								a++
+							}
+							pos += a + 1
+							t++
+						}
+						if i == 0 {
+							first, firstTravs = len(seq)-starts[i], t
+						}
+						tokens, travs = tokens+len(seq)-starts[i], travs+t
+					}
+				}
+				b.ReportMetric(float64(tokens)/float64(travs), "tokens/traversal")
+				b.ReportMetric(float64(first)/float64(firstTravs), "first-tokens/traversal")
+			})
+		}
+	}
+}
