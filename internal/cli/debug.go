@@ -9,7 +9,8 @@ import (
 	"os"
 )
 
-// debugEnv names the environment variable that makes a node serve Go's
+// debugEnv names the environment variable that makes a node (or a swarm
+// client: swarm generate, serve, sim client) serve Go's
 // pprof profiles (goroutines, heap, CPU) on the loopback address it
 // holds, e.g. PIPESHARD_DEBUG_ADDR=127.0.0.1:6060. It is for debugging
 // and for the soak test (sim/soak), which counts a node's goroutines

@@ -116,6 +116,11 @@ func connect(ctx context.Context, env *Env, fs *flag.FlagSet) (*swarm.Client, ci
 	if len(boot) == 0 {
 		return nil, cid.Undef, usagef("--bootstrap is required")
 	}
+	stopDebug, err := serveDebug(log)
+	if err != nil {
+		return nil, cid.Undef, err
+	}
+	context.AfterFunc(ctx, stopDebug)
 	mc, err := cid.Decode(flagString(fs, "model"))
 	if err != nil {
 		return nil, cid.Undef, usagef("--model must be a model CID: %v", err)
