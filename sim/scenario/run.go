@@ -58,6 +58,10 @@ type Env struct {
 	// (with the phase's number); an error ends the run. A benchmark uses
 	// it to interleave a measurement outside the swarm with the phases.
 	BeforePhase func(ctx context.Context, phase int) error
+	// Prepared, if set, is told the model's CID and the store holding it
+	// and its shards (Results.Model and Results.Store) once the model is
+	// ready, before any node starts.
+	Prepared func(model, store string)
 }
 
 func (e *Env) defaults() error {
@@ -171,6 +175,9 @@ func (r *runner) run(ctx context.Context) error {
 	log.Info("preparing the model", "model", r.sc.Model.Name, "cache", r.env.CacheDir)
 	if err := r.prepare(ctx); err != nil {
 		return err
+	}
+	if r.env.Prepared != nil {
+		r.env.Prepared(r.res.Model, r.res.Store)
 	}
 	for i, h := range r.hosts {
 		nr := NodeResult{Name: h.Name, Host: i, Addr: r.env.Net.Addr(i).String(), Layers: h.Layers}

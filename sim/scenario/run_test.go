@@ -221,9 +221,15 @@ bounds: {max_duration: 3m}
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Run(t.Context(), s, testEnv(t, &loopback{}))
+	env := testEnv(t, &loopback{})
+	var preparedModel, preparedStore string
+	env.Prepared = func(model, store string) { preparedModel, preparedStore = model, store }
+	res, err := Run(t.Context(), s, env)
 	if err != nil {
 		t.Fatalf("%v\nerrors: %v", err, res)
+	}
+	if preparedModel != res.Model || preparedStore != res.Store || res.Store == "" {
+		t.Errorf("Prepared told %s in %s; results say %s in %s", preparedModel, preparedStore, res.Model, res.Store)
 	}
 	if len(res.Errors) > 0 || res.Failed > 0 || len(res.Requests) != 4 {
 		t.Fatalf("errors %v, %d failed, %d requests", res.Errors, res.Failed, len(res.Requests))
