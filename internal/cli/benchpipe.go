@@ -49,6 +49,8 @@ medians of per-repeat ratios.`,
 			fs.String("batch", "1,2,4,8", "table b: streams")
 			fs.String("draft-quant", "q4", "table d: weight type of the draft model (stories15M)")
 			fs.Int("history-stories", 400, "table c: earlier answers (to other prompts) in the n-gram history of its n-gram + history contender; 0: none")
+			fs.String("model", "", "tables a and b: synth:SHAPE measures a synthetic model with a real model's shapes instead of stories15M (e.g. synth:llama3-1b)")
+			fs.String("quant", "q4", "tables a and b with --model synth:SHAPE: its weight type")
 			fs.String("big-shape", "llama3-8b", "table e: shape of the synthetic q4 model (pipeshard shards synth --shape)")
 			fs.Int("big-nodes", 4, "table e: node processes, one stage each")
 			fs.String("big-memory", "2GiB", "table e: each node's --max-memory, smaller than the model")
@@ -106,6 +108,9 @@ func benchPipeline(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 	}
 	if c.Batch, err = intList("batch", flagString(fs, "batch")); err != nil {
 		return err
+	}
+	if c.Model = flagString(fs, "model"); c.Model != "" {
+		c.Quant = flagString(fs, "quant")
 	}
 	c.BigShape, c.BigNodes, c.BigTokens = flagString(fs, "big-shape"), flagInt(fs, "big-nodes"), flagInt(fs, "big-tokens")
 	if c.BigStreams, err = intList("big-streams", flagString(fs, "big-streams")); err != nil {

@@ -52,7 +52,7 @@ func bigModel(ctx context.Context, c Config) (*Table, error) {
 			ph = append(ph, phase{key: strconv.Itoa(n), rep: r, inFlight: n})
 		}
 	}
-	ss, res, err := runScenario(ctx, c, sc, cl, loopbackDelay, ph, nil)
+	ss, res, err := runScenario(ctx, c, sc, cl, loopbackDelay, ph, nil, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -23,11 +23,21 @@ import (
 // contender, in an order that rotates by repeat; every contender must
 // produce the unsplit model's tokens.
 func parity(ctx context.Context, c Config) (*Table, error) {
-	w, err := checkpoint.LoadLlama2C(c.ModelPath, 0, 0)
+	q, src := ovrt.F32, shards.Source{Name: "stories15M", Origin: shards.Artifact{Format: "llama2c"}}
+	var w *ovrt.Weights
+	var err error
+	if cfg, sq, ok := c.synth(); ok {
+		q, src = sq, shards.Source{Name: c.Model, Origin: shards.Artifact{Format: "synthetic"}}
+		c.Log.Info("table a", "generating", c.Model, "quant", q)
+		w, err = shards.Synth(cfg, q, 1)
+	} else {
+		w, err = checkpoint.LoadLlama2C(c.ModelPath, 0, 0)
+	}
 	if err != nil {
 		return nil, err
 	}
 	defer w.Close()
+	src.Weights = w
 	dir, err := os.MkdirTemp("", "pipebench-store-")
 	if err != nil {
 		return nil, err
@@ -38,7 +48,7 @@ func parity(ctx context.Context, c Config) (*Table, error) {
 		return nil, err
 	}
 	defer st.Close()
-	_, mc, err := st.Import(ctx, shards.Source{Name: "stories15M", Weights: w, Origin: shards.Artifact{Format: "llama2c"}}, nil)
+	_, mc, err := st.Import(ctx, src, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -65,13 +75,13 @@ func parity(ctx context.Context, c Config) (*Table, error) {
 		if err != nil {
 			return nil, err
 		}
-		m, _, err := st.Split(ctx, mc, stages, ovrt.F32, "even", nil)
+		m, _, err := st.Split(ctx, mc, stages, q, "even", nil)
 		if err != nil {
 			return nil, err
 		}
-		l, ok := m.Layout("f32", "even", n)
+		l, ok := m.Layout(q.String(), "even", n)
 		if !ok {
-			return nil, fmt.Errorf("no %d-stage f32 layout", n)
+			return nil, fmt.Errorf("no %d-stage %s layout", n, q)
 		}
 		k := &contender{name: fmt.Sprintf("%d stage%s", n, map[bool]string{true: "s"}[n > 1])}
 		cs = append(cs, k)
@@ -119,7 +129,7 @@ func parity(ctx context.Context, c Config) (*Table, error) {
 		}
 		c.Log.Info("table a", "repeat", rep+1, "of", c.Repeats, "unsplit", f1(rates[0]), "1 stage", f1(rates[1]), "2", f1(rates[2]), "3", f1(rates[3]))
 	}
-	t := &Table{ID: "a", Title: fmt.Sprintf("Shard parity: stories15M f32, %d thread(s), %d greedy tokens from BOS, in one process", c.Threads, c.Tokens),
+	t := &Table{ID: c.tableID("a"), Title: fmt.Sprintf("Shard parity: %s, %d thread(s), %d greedy tokens from BOS, in one process", c.modelName(), c.Threads, c.Tokens),
 		Header: []string{"contender", "decode tok/s (median)", "range", "× unsplit (median of per-repeat ratios)"}}
 	bar := plot.Bar{Title: "table a: shard parity (× unsplit)", YLabel: "× unsplit tok/s"}
 	for _, k := range cs {

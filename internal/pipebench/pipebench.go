@@ -5,7 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
+
+	"github.com/pipeshard/pipeshard/ovrt"
+	"github.com/pipeshard/pipeshard/shards"
 
 	"github.com/pipeshard/pipeshard/sim/scenario"
 )
@@ -21,6 +25,14 @@ type Config struct {
 	ModelPath  string
 	DraftModel string
 	DraftQuant string
+
+	// Model, if set, is what tables a and b measure instead of
+	// stories15M f32: "synth:SHAPE", a synthetic model with a real
+	// model's shapes (shards synth --seed 1), in weight type Quant
+	// (default q4). Tables c and d measure drafting on text: stories15M
+	// only.
+	Model string
+	Quant string
 
 	Threads int             // table a: threads of every contender
 	Tokens  int             // tokens generated per sequence
@@ -102,6 +114,26 @@ func (c *Config) defaults() error {
 	if c.DraftQuant == "" {
 		c.DraftQuant = "q4"
 	}
+	if c.Model != "" {
+		shape, ok := strings.CutPrefix(c.Model, scenario.SynthPrefix)
+		if !ok {
+			return fmt.Errorf("%w: model %q: want synth:SHAPE", ErrConfig, c.Model)
+		}
+		if _, err := shards.SynthConfig(shape, 0); err != nil {
+			return fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+		if c.Quant == "" {
+			c.Quant = "q4"
+		}
+		if _, err := ovrt.ParseDType(c.Quant); err != nil {
+			return fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+		for _, t := range c.Tables {
+			if t == "c" || t == "d" {
+				return fmt.Errorf("%w: table %s measures drafting on text: stories15M only, not %s", ErrConfig, t, c.Model)
+			}
+		}
+	}
 	return nil
 }
 
@@ -145,4 +177,33 @@ func WriteMarkdown(w io.Writer, tables []*Table, svg map[string]string) {
 	for _, t := range tables {
 		t.Markdown(w, svg[t.ID])
 	}
+}
+
+// synth returns the shape and weight type of a synthetic Model, ok false
+// for stories15M.
+func (c Config) synth() (cfg ovrt.Config, q ovrt.DType, ok bool) {
+	shape, ok := strings.CutPrefix(c.Model, scenario.SynthPrefix)
+	if !ok {
+		return cfg, q, false
+	}
+	cfg, _ = shards.SynthConfig(shape, 0)
+	q, _ = ovrt.ParseDType(c.Quant)
+	return cfg, q, true
+}
+
+// tableID is table id's name in the output: "a", or "a-llama3-1b-q4"
+// for a synthetic model.
+func (c Config) tableID(id string) string {
+	if _, q, ok := c.synth(); ok {
+		return fmt.Sprintf("%s-%s-%s", id, strings.TrimPrefix(c.Model, scenario.SynthPrefix), q)
+	}
+	return id
+}
+
+// modelName names the model tables a and b measure.
+func (c Config) modelName() string {
+	if _, q, ok := c.synth(); ok {
+		return fmt.Sprintf("synthetic %s %s", strings.TrimPrefix(c.Model, scenario.SynthPrefix), q)
+	}
+	return "stories15M f32"
 }

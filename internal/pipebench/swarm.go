@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/pipeshard/pipeshard/ovrt"
@@ -50,19 +51,32 @@ func twoStages(path string) ([]shards.Stage, error) {
 	return shards.BalancedSplit(shards.CostsOf(cfg, ovrt.F32, ovrt.F32), shards.DefaultProfile, 2)
 }
 
-// runSwarm runs phases on a 2-node swarm of stories15M whose every link
-// has delay one way, in sim/netem's emulated network, or on plain
-// loopback when delay is loopbackDelay; cpus, if set, pins node i to
-// cpus[i].
+// runSwarm runs phases on a 2-node swarm of the model (stories15M, or
+// c.Model) whose every link has delay one way, in sim/netem's emulated
+// network, or on plain loopback when delay is loopbackDelay; cpus, if
+// set, pins node i to cpus[i]. prepared, if set, is told the model's CID
+// and store before the nodes start.
 func runSwarm(ctx context.Context, c Config, name string, delay time.Duration, cpus []string, phases []phase,
-	before func(ctx context.Context, p int) error) ([]stat, error) {
-	stages, err := twoStages(c.ModelPath)
-	if err != nil {
-		return nil, err
+	before func(ctx context.Context, p int) error, prepared func(model, store string)) ([]stat, error) {
+	sc := &scenario.Scenario{Name: name, Seed: 1}
+	cl := scenario.Client{Name: "c", Count: 1, Requests: 1, Prompt: c.Prompt, Tokens: c.Tokens, IgnoreEOS: true,
+		Timeout: scenario.Duration(2 * time.Minute)}
+	var stages []shards.Stage
+	var err error
+	if cfg, q, ok := c.synth(); ok {
+		if stages, err = shards.BalancedSplit(shards.CostsOf(cfg, q, ovrt.Q8_0), shards.DefaultProfile, 2); err != nil {
+			return nil, err
+		}
+		sc.Model = scenario.Model{Name: c.Model, Quant: c.Quant}
+		cl.Prompt, cl.PromptIDs = "", bigPrompt
+		cl.Timeout = scenario.Duration(30 * time.Minute)
+	} else {
+		if stages, err = twoStages(c.ModelPath); err != nil {
+			return nil, err
+		}
+		sc.Model = scenario.Model{Name: "stories15M", Quant: "f32"}
 	}
-	sc := &scenario.Scenario{Name: name, Seed: 1,
-		Model: scenario.Model{Name: "stories15M", Quant: "f32", Layouts: []string{scenario.FormatLayout(stages)}},
-	}
+	sc.Model.Layouts = []string{scenario.FormatLayout(stages)}
 	for i, st := range stages {
 		n := scenario.Node{Name: fmt.Sprintf("n%d", i), Count: 1, Cores: 1, Layers: st.String()}
 		if i < len(cpus) {
@@ -70,9 +84,7 @@ func runSwarm(ctx context.Context, c Config, name string, delay time.Duration, c
 		}
 		sc.Nodes = append(sc.Nodes, n)
 	}
-	cl := scenario.Client{Name: "c", Count: 1, Requests: 1, Prompt: c.Prompt, Tokens: c.Tokens, IgnoreEOS: true,
-		Timeout: scenario.Duration(2 * time.Minute)}
-	ss, _, err := runScenario(ctx, c, sc, cl, delay, phases, before)
+	ss, _, err := runScenario(ctx, c, sc, cl, delay, phases, before, prepared)
 	return ss, err
 }
 
@@ -80,7 +92,7 @@ func runSwarm(ctx context.Context, c Config, name string, delay time.Duration, c
 // and nodes set; its network, bounds and client are set here), with
 // client cl, and returns what each phase measured and the run's results.
 func runScenario(ctx context.Context, c Config, sc *scenario.Scenario, cl scenario.Client, delay time.Duration, phases []phase,
-	before func(ctx context.Context, p int) error) ([]stat, *scenario.Results, error) {
+	before func(ctx context.Context, p int) error, prepared func(model, store string)) ([]stat, *scenario.Results, error) {
 	if c.StartNetwork == nil && delay != loopbackDelay {
 		return nil, nil, fmt.Errorf("%w: no network emulator", ErrConfig)
 	}
@@ -120,7 +132,8 @@ func runScenario(ctx context.Context, c Config, sc *scenario.Scenario, cl scenar
 				return before(ctx, p)
 			}
 			return nil
-		}}
+		},
+		Prepared: prepared}
 	res, err := scenario.Run(ctx, sc, env)
 	if err != nil {
 		return nil, nil, err
@@ -273,7 +286,7 @@ func wanTable(ctx context.Context, c Config) (*Table, error) {
 				phase{key: "streams", rep: r, inFlight: c.Streams},
 				phase{key: "full", rep: r, inFlight: c.Streams, args: []string{"--speculate", "ngram"}})
 		}
-		ss, err := runSwarm(ctx, c, fmt.Sprintf("wan-%dms", d.Milliseconds()), d, nil, ph, nil)
+		ss, err := runSwarm(ctx, c, fmt.Sprintf("wan-%dms", d.Milliseconds()), d, nil, ph, nil, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -341,7 +354,7 @@ func kSweep(ctx context.Context, c Config) (*Table, error) {
 				}
 			}
 		}
-		ss, err := runSwarm(ctx, c, fmt.Sprintf("ksweep-%dms", d.Milliseconds()), d, nil, ph, nil)
+		ss, err := runSwarm(ctx, c, fmt.Sprintf("ksweep-%dms", d.Milliseconds()), d, nil, ph, nil, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -383,10 +396,22 @@ func kSweep(ctx context.Context, c Config) (*Table, error) {
 
 // unsplitRate runs `pipeshard run` on the whole model pinned to CPU 0
 // with one thread and returns its decode tokens/s.
-func unsplitRate(ctx context.Context, c Config) (float64, error) {
-	cmd := exec.CommandContext(ctx, "taskset", "-c", "0", c.Binary, "run", "--model", c.ModelPath, "--threads", "1",
-		"-n", strconv.Itoa(c.Tokens), "--prompt", c.Prompt, "--ignore-eos", "--json")
-	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+func unsplitRate(ctx context.Context, c Config, model, store string) (float64, error) {
+	args := []string{"-c", "0", c.Binary, "run", "--threads", "1", "-n", strconv.Itoa(c.Tokens), "--ignore-eos", "--json"}
+	env := append(os.Environ(), "GOMAXPROCS=1")
+	if _, _, ok := c.synth(); ok {
+		// The whole model, from the store the swarm's shards were cut in.
+		ids := make([]string, len(bigPrompt))
+		for i, id := range bigPrompt {
+			ids[i] = strconv.Itoa(id)
+		}
+		args = append(args, "--model", model, "--quant", c.Quant, "--prompt-ids", strings.Join(ids, ","))
+		env = append(env, "PIPESHARD_HOME="+store)
+	} else {
+		args = append(args, "--model", c.ModelPath, "--prompt", c.Prompt)
+	}
+	cmd := exec.CommandContext(ctx, "taskset", args...)
+	cmd.Env = env
 	out, err := cmd.Output()
 	if err != nil {
 		return 0, fmt.Errorf("unsplit run: %w", err)
@@ -412,22 +437,23 @@ func microBatch(ctx context.Context, c Config) (*Table, error) {
 		}
 	}
 	var base []float64
+	var model, store string
 	before := func(ctx context.Context, p int) error {
 		if p%len(c.Batch) != 0 {
 			return nil
 		}
-		v, err := unsplitRate(ctx, c)
+		v, err := unsplitRate(ctx, c, model, store)
 		if err == nil {
 			base = append(base, v)
 			c.Log.Info("table b", "unsplit tok/s", f1(v))
 		}
 		return err
 	}
-	ss, err := runSwarm(ctx, c, "microbatch", loopbackDelay, []string{"0", "1"}, ph, before)
+	ss, err := runSwarm(ctx, c, "microbatch", loopbackDelay, []string{"0", "1"}, ph, before, func(m, s string) { model, store = m, s })
 	if err != nil {
 		return nil, err
 	}
-	t := &Table{ID: "b", Title: fmt.Sprintf("Micro-batching: 2 nodes pinned to one core each (--threads 1, GOMAXPROCS=1, taskset) vs the unsplit model on one core, stories15M f32, %d tokens per stream", c.Tokens),
+	t := &Table{ID: c.tableID("b"), Title: fmt.Sprintf("Micro-batching: 2 nodes pinned to one core each (--threads 1, GOMAXPROCS=1, taskset) vs the unsplit model on one core, %s, %d tokens per stream", c.modelName(), c.Tokens),
 		Header: []string{"streams", "aggregate tok/s", "per stream tok/s", "× unsplit (1 core, 1 user)", "× 1 stream on the route"}}
 	a := byKey(ph, ss, agg)
 	per := byKey(ph, ss, func(s stat) float64 { return s.perStream })
