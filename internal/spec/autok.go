@@ -43,6 +43,24 @@ func ExpectedTokens(alpha float64, k int) float64 {
 	return (1 - math.Pow(alpha, float64(k+1))) / (1 - alpha)
 }
 
+// ExpectedTokensByPosition returns the mean number of tokens a traversal
+// with k drafts emits when draft i+1 is accepted with probability
+// alphas[i] once the drafts before it were (the last entry stands for
+// every later position): 1 + Σ_j Π_{i<j} alphas[i]. With one alpha for
+// every position it is ExpectedTokens.
+func ExpectedTokensByPosition(alphas []float64, k int) float64 {
+	e, p := 1.0, 1.0
+	for i := range k {
+		a := 0.0
+		if len(alphas) > 0 {
+			a = min(max(alphas[min(i, len(alphas)-1)], 0), 1)
+		}
+		p *= a
+		e += p
+	}
+	return e
+}
+
 // Throughput returns the modelled tokens per second with k drafts.
 func Throughput(alpha float64, k int, c Costs) float64 {
 	t := c.Step(k).Seconds()
@@ -91,7 +109,8 @@ func ParseK(s string) (int, error) {
 }
 
 // Tuner chooses the number of drafts as generation goes: it keeps a
-// running estimate of the acceptance rate α and of the costs (a traversal's
+// running estimate of the acceptance rate α, overall and at each draft
+// position given the drafts before it, and of the costs (a traversal's
 // time as a line in its token count, fitted over the lengths seen; a
 // draft's time per token) and asks BestK. Before it can fit the line it
 // uses the prior costs it was given, or else PaperK. Not safe for
@@ -104,7 +123,22 @@ type Tuner struct {
 	steps map[int]*mean // traversal seconds by token count
 	draft mean          // drafting seconds per token
 	s, f  float64       // decayed accepted drafts, and rejections
+	// pos[i] counts, decayed, the rounds that offered draft i+1 after
+	// accepting every draft before it: s those that accepted it, f those
+	// that did not. Drafts are not independent: a context or history
+	// match that survives its first token tends to run on, and a draft
+	// model agrees in streaks.
+	pos    []counts
+	rounds int // K calls: every exploreEvery-th round drafts deeper
 }
+
+// exploreEvery: one round in this many drafts twice as deep as the model
+// says (at least 2 more), so that the acceptance of positions the
+// current K never reaches is measured; without it a tuner that settled on
+// a short K would never learn that longer drafts pay.
+const exploreEvery = 8
+
+type counts struct{ s, f float64 }
 
 // Decay of the acceptance counts per round: about the last 20 rounds
 // count.
@@ -167,6 +201,46 @@ func (t *Tuner) ObserveAcceptance(drafted, accepted int) {
 	if accepted < drafted {
 		t.f++
 	}
+	for i := range t.pos {
+		t.pos[i].s *= positionDecay
+		t.pos[i].f *= positionDecay
+	}
+	for i := 0; i < drafted && i <= accepted && i < t.maxK; i++ {
+		if i == len(t.pos) {
+			t.pos = append(t.pos, counts{})
+		}
+		if i < accepted {
+			t.pos[i].s++
+		} else {
+			t.pos[i].f++
+		}
+	}
+}
+
+// positionPrior is how many rounds a position's prior weighs: the
+// estimate of the position before it (the pooled rate for the first).
+const positionPrior = 2
+
+// positionDecay ages the per-position counts, more slowly than the pooled
+// ones (about the last 50 rounds count): deep positions are reached in
+// few rounds.
+const positionDecay = 0.98
+
+// Alphas returns the estimated acceptance rate of draft i+1 given that
+// the drafts before it were accepted, for the positions seen so far: each
+// the position's own counts, shrunk towards the estimate of the position
+// before it (the first towards the pooled rate, Alpha).
+func (t *Tuner) Alphas() []float64 {
+	prev := t.Alpha()
+	out := make([]float64, len(t.pos))
+	for i, c := range t.pos {
+		out[i] = min((c.s+positionPrior*prev)/(c.s+c.f+positionPrior), 0.99)
+		prev = out[i]
+	}
+	if len(out) == 0 {
+		out = append(out, prev)
+	}
+	return out
 }
 
 // Alpha returns the estimated acceptance rate per draft.
@@ -206,15 +280,37 @@ func (t *Tuner) Costs() (Costs, bool) {
 
 func dur(s float64) time.Duration { return time.Duration(s * 1e9) }
 
+// bestK returns the k in [1, maxK] of the highest modelled throughput
+// under the per-position acceptance rates (the smallest on ties).
+func (t *Tuner) bestK(c Costs) int {
+	alphas := t.Alphas()
+	best, bestE := 1, -1.0
+	for k := 1; k <= t.maxK; k++ {
+		sec := c.Step(k).Seconds()
+		e := math.Inf(1)
+		if sec > 0 {
+			e = ExpectedTokensByPosition(alphas, k) / sec
+		}
+		if e > bestE*(1+1e-12) {
+			best, bestE = k, e
+		}
+	}
+	return best
+}
+
 // K returns the number of drafts for the next traversal.
 func (t *Tuner) K() int {
 	c, measured := t.Costs()
 	if measured {
-		return BestK(t.Alpha(), c, t.maxK)
+		k := t.bestK(c)
+		if t.rounds++; t.rounds%exploreEvery == 0 {
+			k = min(max(2*k, k+2), t.maxK)
+		}
+		return k
 	}
 	k := min(PaperK(t.hopRTT), t.maxK)
 	if t.prior.Fixed > 0 || t.prior.PerToken > 0 {
-		k = BestK(t.Alpha(), c, t.maxK)
+		k = t.bestK(c)
 	}
 	// One traversal length measured (the prompt's): make the next one of
 	// another length, so that the line can be fitted.
