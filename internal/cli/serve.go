@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/pipeshard/pipeshard/internal/openai"
+	"github.com/pipeshard/pipeshard/internal/spec"
 	"github.com/pipeshard/pipeshard/swarm"
 )
 
@@ -40,6 +42,9 @@ libp2p addresses. See docs/api.md.`,
 			fs.String("listen", "127.0.0.1:8080", "HTTP `ADDR`ess to serve the API on (host:port)")
 			fs.Bool("f16", false, "send hidden states as fp16 (half the bytes; may change rare tokens)")
 			fs.String("verify", fmt.Sprint(swarm.DefaultVerifyRate), "check this fraction of steps against other providers of the same shards (all: every step, 0: off); nodes that lie are banned")
+			fs.String("speculate", "none", "speculative decoding of every request: none, or ngram (drafts from the context and from earlier answers in --history; needs --verify 0)")
+			fs.String("spec-k", "auto", "with --speculate ngram: drafts verified per traversal, auto or 1 to 64")
+			fs.String("history", "", "with --speculate ngram: the n-gram history file, or off (default: HOME/history/MODEL.ngram)")
 			fs.Int("max-n", 16, "largest n a request may ask for")
 			fs.Int64("max-body", 1<<20, "largest request body in bytes")
 		},
@@ -87,6 +92,11 @@ func serveAPI(ctx context.Context, env *Env, fs *flag.FlagSet, addr string) erro
 	if vo != nil {
 		gen.Verify, gen.Bans = vo.Rate, &swarm.Bans{}
 	}
+	if fs.Lookup("speculate") != nil {
+		if err := serveSpeculation(env, fs, gen, vo != nil); err != nil {
+			return err
+		}
+	}
 	api := openai.New(openai.Config{Model: m.Name, Aliases: []string{mc.String()}, Tokenizer: tok, Context: m.Config.Context,
 		MaxN: maxN, MaxBody: maxBody, Log: log}, gen)
 	mux := http.NewServeMux()
@@ -123,4 +133,35 @@ func serveAPI(ctx context.Context, env *Env, fs *flag.FlagSet, addr string) erro
 		return err
 	}
 	return ctx.Err()
+}
+
+// serveSpeculation sets gen up for --speculate: the n-gram drafter, with
+// the history of earlier answers, which every finished answer joins.
+func serveSpeculation(env *Env, fs *flag.FlagSet, gen *openai.Swarm, verified bool) error {
+	switch strings.ToLower(flagString(fs, "speculate")) {
+	case "", "none":
+		return nil
+	case "ngram":
+	default:
+		return usagef("--speculate %q: want none or ngram", flagString(fs, "speculate"))
+	}
+	if verified {
+		return usagef("--speculate ngram needs --verify 0: verified sequences do not speculate")
+	}
+	k, err := spec.ParseK(flagString(fs, "spec-k"))
+	if err != nil {
+		return usagef("--spec-k: %v", err)
+	}
+	g := &genRequest{speculate: "ngram", historyFlag: flagString(fs, "history"), vocab: gen.Model.Config.Vocab}
+	g.openHistory(env, flagString(fs, "home"), gen.Model.ModelID)
+	gen.SpecK = k
+	gen.Drafter = func() spec.Drafter { return spec.NGram{History: g.hist} }
+	if g.hist != nil {
+		gen.Remember = func(seq []int) {
+			if err := g.hist.Append(g.histPath, seq); err != nil {
+				fmt.Fprintf(env.Stderr, "warning: n-gram history: %v\n", err)
+			}
+		}
+	}
+	return nil
 }

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/pipeshard/pipeshard/internal/generate"
+	"github.com/pipeshard/pipeshard/internal/spec"
 	"github.com/pipeshard/pipeshard/ovrt/sample"
 	"github.com/pipeshard/pipeshard/shards"
 	"github.com/pipeshard/pipeshard/swarm"
@@ -30,6 +32,16 @@ type Swarm struct {
 	Verify float64
 	Bans   *swarm.Bans
 	F16    bool // hidden states as fp16 on the wire
+	// Drafter, if set, makes every sequence speculate
+	// (generate.RunSpeculative) with the drafter it returns for it, K
+	// drafts a traversal (0: tuned). Output is unchanged: greedy, or
+	// sampled for the seed (the drafts are verified as point masses).
+	// Sequences that are verified (Verify > 0) do not speculate.
+	Drafter func() spec.Drafter
+	SpecK   int
+	// Remember, if set, is given every sequence that ended by itself
+	// (its prompt and output), as an n-gram history wants them.
+	Remember func(seq []int)
 	// FindTimeout bounds a request's wait for a route (default 30 s);
 	// RouteTTL is how long a planned route is reused before it is
 	// planned again from a new discovery (default 1 min).
@@ -181,7 +193,8 @@ func (s *Swarm) Generate(ctx context.Context, r Request, emit func(id int) bool)
 			}
 		}}
 	var res generate.Result
-	if s.Verify > 0 {
+	switch {
+	case s.Verify > 0:
 		res, err = swarm.Generate(gctx, rs, r.Prompt, opts, func(kept int) {
 			if kept < emitted { // cannot happen: emitted tokens were verified
 				s.log().Error("openai: verification took back tokens already sent", "kept", kept, "sent", emitted)
@@ -189,7 +202,10 @@ func (s *Swarm) Generate(ctx context.Context, r Request, emit func(id int) bool)
 			}
 			pending = pending[:kept]
 		})
-	} else {
+	case s.Drafter != nil:
+		res, err = generate.RunSpeculative(gctx, rs, s.Drafter(), r.Prompt, opts,
+			generate.SpecOptions{K: s.SpecK, Sampling: sample.Params{Temp: r.Temperature, TopP: r.TopP, Seed: r.Seed}})
+	default:
 		res, err = generate.Run(gctx, rs, r.Prompt, opts)
 	}
 	if len(rs.Failovers()) > 0 {
@@ -207,6 +223,9 @@ func (s *Swarm) Generate(ctx context.Context, r Request, emit func(id int) bool)
 	release(len(pending))
 	if stopped {
 		return Result{Stopped: "stopped"}, nil
+	}
+	if s.Remember != nil {
+		s.Remember(append(slices.Clone(r.Prompt), res.IDs...))
 	}
 	return Result{Stopped: res.Stopped}, nil
 }

@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pipeshard/pipeshard/internal/openai"
+	"github.com/pipeshard/pipeshard/internal/spec"
 	"github.com/pipeshard/pipeshard/node"
 	"github.com/pipeshard/pipeshard/ovrt/sample"
 	"github.com/pipeshard/pipeshard/swarm"
@@ -311,5 +314,45 @@ func testFailoverMidRequest(t *testing.T, f *fixture, verify float64) {
 		return true
 	}) {
 		t.Fatal("sessions left open on the live nodes")
+	}
+}
+
+// TestSpeculativeLikePlain serves with the n-gram drafter and a history
+// of earlier answers: every answer is the plain one (greedy, and sampled
+// for its seed), each finished answer joins the history, and a repeated
+// request is drafted from it.
+func TestSpeculativeLikePlain(t *testing.T) {
+	f := getFixture(t)
+	hist := spec.NewHistory(0)
+	var remembered atomic.Int64
+	gen := &openai.Swarm{Client: f.client, Model: f.st.Manifest, FindTimeout: 30 * time.Second,
+		Drafter: func() spec.Drafter { return spec.NGram{History: hist} },
+		Remember: func(seq []int) {
+			hist.Add(seq)
+			remembered.Add(1)
+		}}
+	srv := httptest.NewServer(openai.New(f.cfg, gen))
+	defer srv.Close()
+	prompt := f.tok.Encode(story, true)
+	const n = 24
+	for _, p := range []sample.Params{{}, {Temp: 0.8, TopP: 0.9, Seed: 7}, {}} {
+		want := f.text(prompt, f.local(t, prompt, n, p))
+		params := fmt.Sprintf(`"max_tokens": %d, "temperature": %v, "seed": %d`, n, p.Temp, p.Seed)
+		if p.TopP > 0 {
+			params += fmt.Sprintf(`, "top_p": %v`, p.TopP)
+		}
+		var c openai.Completion
+		decodeJSON(t, post(t, srv.URL+"/v1/completions", `{"model": "stories15M", "prompt": "`+story+`", `+params+`}`), 200, &c)
+		if len(c.Choices) != 1 || c.Choices[0].Text != want {
+			t.Fatalf("temp %v: %+v\nwant %q", p.Temp, c, want)
+		}
+	}
+	if got := remembered.Load(); got != 3 {
+		t.Errorf("%d answers remembered, want 3", got)
+	}
+	// The greedy answer is in the history: drafted from it, all of it.
+	seq := append(slices.Clone(prompt), f.local(t, prompt, n, sample.Params{})...)
+	if d := (spec.NGram{History: hist}).Lookup(seq[:len(prompt)+1], 8); !slices.Equal(d, seq[len(prompt)+1:len(prompt)+9]) {
+		t.Errorf("history drafts %v, want the answer's next 8 tokens %v", d, seq[len(prompt)+1:len(prompt)+9])
 	}
 }

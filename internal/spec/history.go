@@ -25,11 +25,12 @@ var ErrHistory = errors.New("spec: bad history file")
 //
 // A History keeps its newest Max tokens. It is safe for concurrent use.
 type History struct {
-	mu   sync.RWMutex
-	max  int
-	toks []int32            // sequences, each followed by histSep
-	next map[uint64][]int32 // a bigram's key → the positions right after its occurrences, oldest first
-	uni  map[int32][]int32  // a token → the positions right after it, oldest first
+	fileMu sync.Mutex // serializes Append's writes (within this process)
+	mu     sync.RWMutex
+	max    int
+	toks   []int32            // sequences, each followed by histSep
+	next   map[uint64][]int32 // a bigram's key → the positions right after its occurrences, oldest first
+	uni    map[int32][]int32  // a token → the positions right after it, oldest first
 }
 
 // histSep ends each sequence in History.toks: no n-gram spans two.
@@ -204,6 +205,8 @@ func LoadHistory(path string, vocab, max int) (*History, error) {
 // its directory if need be), in one write.
 func (h *History) Append(path string, seq []int) error {
 	h.Add(seq)
+	h.fileMu.Lock()
+	defer h.fileMu.Unlock()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
