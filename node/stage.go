@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -834,6 +835,13 @@ func (st *Stage) execute(ctx context.Context) {
 			timer.Stop()
 			return
 		case <-st.kick:
+			// A reader's forward woke us; other readers may be runnable
+			// with forwards of their own, already arrived. Let them enqueue
+			// first: on a node with one P (GOMAXPROCS=1) the woken executor
+			// runs next and would otherwise take one forward at a time,
+			// leaving the rest unread in the socket buffers while it
+			// computes.
+			runtime.Gosched()
 		case <-wake:
 		}
 		timer.Stop()
