@@ -133,6 +133,11 @@ func (st *Stage) reserve(k peerKey) error {
 func (st *Stage) release(k peerKey) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	st.releaseLocked(k)
+}
+
+// releaseLocked is release with st.mu held.
+func (st *Stage) releaseLocked(k peerKey) {
 	if st.peers.pending[k]--; st.peers.pending[k] <= 0 {
 		delete(st.peers.pending, k)
 	}

@@ -548,7 +548,16 @@ func (st *Stage) admit(ctx context.Context, o *wire.Open, up *conn) (*session, e
 		return nil, err
 	}
 	st.mu.Unlock()
-	defer st.release(key)
+	// The reservation holds the peer's place until the session is
+	// registered, which takes it over in the same critical section: a
+	// session is never counted twice (its Opened reaches the peer before
+	// this function returns).
+	registered := false
+	defer func() {
+		if !registered {
+			st.release(key)
+		}
+	}()
 
 	smp, err := sample.New(sample.Params{Temp: float64(o.Temp), TopP: float64(o.TopP), TopK: int(o.TopK)})
 	if o.Output != wire.OutSample {
@@ -614,6 +623,8 @@ func (st *Stage) admit(ctx context.Context, o *wire.Open, up *conn) (*session, e
 	s.sid = st.nextSID
 	st.core.Open(s.sid, client, !st.last) // cannot fail: a fresh number
 	st.sessions[s.id] = s
+	st.releaseLocked(key)
+	registered = true
 	st.mu.Unlock()
 	if relayFrom != nil {
 		go st.relay(s, relayFrom) // now that the scheduler knows the session its credit is for
