@@ -116,6 +116,19 @@
 // (its arrival, or the end of the previous batch), and is recomputed on
 // every call, so each arrival can only shorten it.
 //
+// # Convoys
+//
+// Sessions that loop around a route of S stages pipeline best as S groups,
+// one computing at each stage. A stage that batches every waiting forward
+// merges groups that reach it together into one convoy, which then
+// travels as one: while it computes at one stage the others idle (two
+// streams on two stages ran at 1.44× one stream, not near 2×). The stage
+// caps its batches (SetMaxBatch) at its open sessions over the hops of
+// their routes, rounded up; node's batchCap. On 2 one-core stages this
+// took 2 streams from 1.23× to 1.45× (stories15M) and from 1.44× to
+// 1.75× (llama3-1b q4) the unsplit model's tokens/s, with 4 and 8
+// streams unchanged within noise (docs/benchmarks.md).
+//
 // The window is a small effect, and should be: most batching comes from
 // forwards that queue while a batch runs. TestRouteModel measures it on a
 // 2-stage route in virtual time. With independent users (random think

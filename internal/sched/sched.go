@@ -159,6 +159,7 @@ type Sched struct {
 
 	queuedJobs, queuedTokens, queuedBytes int
 	window                                time.Duration
+	maxBatch                              int // SetMaxBatch
 	batches, waits                        int64
 }
 
@@ -173,6 +174,11 @@ func New(cfg Config) (*Sched, error) {
 
 // Config returns the configuration in use, defaults applied.
 func (s *Sched) Config() Config { return s.cfg }
+
+// SetMaxBatch caps the forwards of the next batches (0: no cap; the token
+// budget still applies). A stage uses it to keep sessions that share a
+// route from travelling as one convoy (see doc.go).
+func (s *Sched) SetMaxBatch(n int) { s.maxBatch = max(n, 0) }
 
 // Open registers a session of client. limited says that its results go
 // to a next hop that grants credit (Grant); a last hop's results go to
@@ -366,9 +372,10 @@ func (s *Sched) form() []Job {
 	for _, c := range s.clients {
 		c.blocked = false
 	}
-	for progress := true; progress && budget > 0; {
+	full := func() bool { return budget <= 0 || s.maxBatch > 0 && len(b) >= s.maxBatch }
+	for progress := true; progress && !full(); {
 		progress = false
-		for i := 0; i < n && budget > 0; i++ {
+		for i := 0; i < n && !full(); i++ {
 			c := s.clients[(s.lead+i)%n]
 			if c.blocked {
 				continue

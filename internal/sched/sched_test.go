@@ -341,3 +341,41 @@ func randomRun(t *testing.T, seed uint64) {
 		}
 	}
 }
+
+// TestMaxBatch: a cap on the forwards of a batch leaves the rest for the
+// next batches, in the fair order, and 0 lifts it.
+func TestMaxBatch(t *testing.T) {
+	s, err := New(Config{BatchTokens: 64, Credit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if err := s.Open(SessionID(i+1), "c", false); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Arrive(0, SessionID(i+1), 1, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var sizes []int
+	for _, limit := range []int{2, 2, 0} {
+		s.SetMaxBatch(limit)
+		rd := s.Next(time.Second)
+		if len(rd.Batch) == 0 {
+			t.Fatalf("no batch with %d forwards waiting", 5-sum(sizes))
+		}
+		sizes = append(sizes, len(rd.Batch))
+		s.Done(time.Second, time.Millisecond)
+	}
+	if fmt.Sprint(sizes) != "[2 2 1]" {
+		t.Fatalf("batches of %v, want [2 2 1]", sizes)
+	}
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
