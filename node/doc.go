@@ -26,6 +26,14 @@
 // stream closed) without disturbing other sessions. The executor is driven
 // by internal/sched, which forms fair batches across clients, holds a short
 // gathering window, and gives each session credits of queued forwards.
+// Two details make batching happen on a node with one P (--threads 1): the
+// executor yields once after a reader wakes it, so that forwards that
+// arrived together are all read before the batch forms; and a batch takes
+// at most the open sessions over their route's hops, so that streams
+// pipeline over the stages instead of travelling as one convoy.
+//
+// [Node.Close] closes its parts in turn, each within 15 s (CloseParts): a
+// node asked to stop stops, and names a part that hung.
 //
 // A private swarm (Config.SwarmKey: libp2p pnet, TCP only) and an
 // allow-list of peer IDs (Config.Allow: a connection gater, checked again
