@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 )
@@ -46,17 +46,10 @@ func CloseParts(log *slog.Logger, parts ...ClosePart) error {
 // closeStacks returns the stacks of the goroutines CloseParts started,
 // for the log of a part that hangs.
 func closeStacks() string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
+	var b strings.Builder
+	pprof.Lookup("goroutine").WriteTo(&b, 2) // every goroutine, as a panic prints them
 	var out []string
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for _, g := range strings.Split(b.String(), "\n\n") {
 		if strings.Contains(g, "node.CloseParts") {
 			out = append(out, g)
 		}

@@ -6,7 +6,7 @@ import (
 	"io"
 	"os"
 	"regexp"
-	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"testing"
@@ -45,17 +45,10 @@ func Run(m *testing.M) int {
 // maxLines lines: the tests running and the places pipeshard's
 // goroutines wait, the longest waits first.
 func Report(w io.Writer, why string) {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	w.Write(buf)
-	fmt.Fprintf(w, "\n%s", Summary(string(buf), why))
+	var b strings.Builder
+	pprof.Lookup("goroutine").WriteTo(&b, 2) // every goroutine, as a panic prints them
+	io.WriteString(w, b.String())
+	fmt.Fprintf(w, "\n%s", Summary(b.String(), why))
 }
 
 const maxLines = 16
