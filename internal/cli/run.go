@@ -85,10 +85,9 @@ type genRequest struct {
 	vocab      int
 
 	// The n-gram drafter's history: the --history flag, and the history
-	// it opened (nil: none) at histPath.
+	// it opened (nil: none).
 	historyFlag string
-	hist        *spec.History
-	histPath    string
+	hist        *historyFile
 
 	// rewinding, if set, runs plain generation on a backend that may take
 	// tokens back (sampled verification): it tells onRewind how many
@@ -149,32 +148,71 @@ func (g *genRequest) parseSpec(fs *flag.FlagSet) error {
 	return nil
 }
 
-// openHistory opens the n-gram drafter's history of model, under home
-// unless --history names a file. A history that cannot be read is
-// reported and not used: it only ever changes the speed.
-func (g *genRequest) openHistory(env *Env, home, model string) {
-	if g.speculate != "ngram" || g.historyFlag == "off" {
-		return
+// historyFile is an n-gram history and the file it is kept in.
+type historyFile struct {
+	h    *spec.History
+	path string
+}
+
+// openHistoryFile opens the n-gram history of model that flag (--history)
+// names: a file, off (nil), or "" for HOME/history/MODEL.ngram. A history
+// that cannot be read is reported and not used (nil): it only ever
+// changes the speed.
+func openHistoryFile(env *Env, flag, home, model string, vocab int) *historyFile {
+	if flag == "off" {
+		return nil
 	}
-	path := g.historyFlag
+	path := flag
 	if path == "" {
 		path = filepath.Join(home, "history", strings.NewReplacer("/", "_", string(filepath.Separator), "_").Replace(model)+".ngram")
 	}
-	h, err := spec.LoadHistory(path, g.vocab, 0)
+	h, err := spec.LoadHistory(path, vocab, 0)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "warning: n-gram history not used: %v\n", err)
+		return nil
+	}
+	return &historyFile{h: h, path: path}
+}
+
+// add remembers seq in the history and its file; a failure is reported.
+// A nil history remembers nothing.
+func (f *historyFile) add(env *Env, seq []int) {
+	if f == nil {
 		return
 	}
-	g.hist, g.histPath = h, path
+	if err := f.h.Append(f.path, seq); err != nil {
+		fmt.Fprintf(env.Stderr, "warning: n-gram history: %v\n", err)
+	}
+}
+
+// drafter returns the n-gram drafter over the history (the context only
+// when f is nil).
+func (f *historyFile) drafter() spec.NGram {
+	if f == nil {
+		return spec.NGram{}
+	}
+	return spec.NGram{History: f.h}
+}
+
+// openHistory opens the history --speculate ngram drafts from.
+func (g *genRequest) openHistory(env *Env, home, model string) {
+	if g.speculate == "ngram" {
+		g.hist = openHistoryFile(env, g.historyFlag, home, model, g.vocab)
+	}
+}
+
+// historyPath is f's file, "" for none.
+func historyPath(f *historyFile) string {
+	if f == nil {
+		return ""
+	}
+	return f.path
 }
 
 // remember adds a prompt's answer to the n-gram history, if one is open.
 func (g *genRequest) remember(env *Env, ids []int) {
-	if g.hist == nil || len(ids) == 0 {
-		return
-	}
-	if err := g.hist.Append(g.histPath, append(slices.Clone(g.promptIDs), ids...)); err != nil {
-		fmt.Fprintf(env.Stderr, "warning: n-gram history: %v\n", err)
+	if len(ids) > 0 {
+		g.hist.add(env, append(slices.Clone(g.promptIDs), ids...))
 	}
 }
 
@@ -182,7 +220,7 @@ func (g *genRequest) remember(env *Env, ids []int) {
 func (g *genRequest) drafter(ctx context.Context, env *Env) (d spec.Drafter, close func(), err error) {
 	switch g.speculate {
 	case "ngram":
-		return spec.NGram{History: g.hist}, func() {}, nil
+		return g.hist.drafter(), func() {}, nil
 	case "draft":
 		lm, err := openModel(ctx, env, g.draftModel, g.draftQuant, g.threads)
 		if err != nil {
@@ -401,7 +439,7 @@ func (g *genRequest) run(ctx context.Context, env *Env, fwd generate.Backend, ex
 			"tokens_per_traversal": res.TokensPerTraversal(),
 			"draft_ms":             float64(res.DraftTime.Microseconds()) / 1e3,
 			"point_mass":           g.speculate == "ngram" || g.sampling.Greedy() || g.pointMass,
-			"history":              g.histPath, // "" when none
+			"history":              historyPath(g.hist), // "" when none
 		}
 	}
 	for k, v := range extra {

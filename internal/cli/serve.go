@@ -152,16 +152,11 @@ func serveSpeculation(env *Env, fs *flag.FlagSet, gen *openai.Swarm, verified bo
 	if err != nil {
 		return usagef("--spec-k: %v", err)
 	}
-	g := &genRequest{speculate: "ngram", historyFlag: flagString(fs, "history"), vocab: gen.Model.Config.Vocab}
-	g.openHistory(env, flagString(fs, "home"), gen.Model.ModelID)
+	hist := openHistoryFile(env, flagString(fs, "history"), flagString(fs, "home"), gen.Model.ModelID, gen.Model.Config.Vocab)
 	gen.SpecK = k
-	gen.Drafter = func() spec.Drafter { return spec.NGram{History: g.hist} }
-	if g.hist != nil {
-		gen.Remember = func(seq []int) {
-			if err := g.hist.Append(g.histPath, seq); err != nil {
-				fmt.Fprintf(env.Stderr, "warning: n-gram history: %v\n", err)
-			}
-		}
+	gen.Drafter = func() spec.Drafter { return hist.drafter() }
+	if hist != nil {
+		gen.Remember = func(seq []int) { hist.add(env, seq) }
 	}
 	return nil
 }
