@@ -73,13 +73,21 @@ func Throughput(alpha float64, k int, c Costs) float64 {
 // BestK returns the k in [1, maxK] of the highest modelled throughput
 // (the smallest such k on ties). It never answers 0: a drafter that is
 // never asked cannot show that its acceptance rate has risen.
-func BestK(alpha float64, c Costs, maxK int) int {
+func BestK(alpha float64, c Costs, maxK int) int { return bestK([]float64{alpha}, c, maxK) }
+
+// bestK is BestK under per-position acceptance rates
+// (ExpectedTokensByPosition).
+func bestK(alphas []float64, c Costs, maxK int) int {
 	if maxK < 1 {
 		maxK = 1
 	}
 	best, bestE := 1, -1.0
 	for k := 1; k <= maxK; k++ {
-		if e := Throughput(alpha, k, c); e > bestE*(1+1e-12) {
+		e := math.Inf(1)
+		if sec := c.Step(k).Seconds(); sec > 0 {
+			e = ExpectedTokensByPosition(alphas, k) / sec
+		}
+		if e > bestE*(1+1e-12) {
 			best, bestE = k, e
 		}
 	}
@@ -280,29 +288,11 @@ func (t *Tuner) Costs() (Costs, bool) {
 
 func dur(s float64) time.Duration { return time.Duration(s * 1e9) }
 
-// bestK returns the k in [1, maxK] of the highest modelled throughput
-// under the per-position acceptance rates (the smallest on ties).
-func (t *Tuner) bestK(c Costs) int {
-	alphas := t.Alphas()
-	best, bestE := 1, -1.0
-	for k := 1; k <= t.maxK; k++ {
-		sec := c.Step(k).Seconds()
-		e := math.Inf(1)
-		if sec > 0 {
-			e = ExpectedTokensByPosition(alphas, k) / sec
-		}
-		if e > bestE*(1+1e-12) {
-			best, bestE = k, e
-		}
-	}
-	return best
-}
-
 // K returns the number of drafts for the next traversal.
 func (t *Tuner) K() int {
 	c, measured := t.Costs()
 	if measured {
-		k := t.bestK(c)
+		k := bestK(t.Alphas(), c, t.maxK)
 		if t.rounds++; t.rounds%exploreEvery == 0 {
 			k = min(max(2*k, k+2), t.maxK)
 		}
@@ -310,7 +300,7 @@ func (t *Tuner) K() int {
 	}
 	k := min(PaperK(t.hopRTT), t.maxK)
 	if t.prior.Fixed > 0 || t.prior.PerToken > 0 {
-		k = t.bestK(c)
+		k = bestK(t.Alphas(), c, t.maxK)
 	}
 	// One traversal length measured (the prompt's): make the next one of
 	// another length, so that the line can be fitted.
