@@ -3,6 +3,7 @@ package ovrt
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/pipeshard/pipeshard/ovrt/internal/kernels"
 )
@@ -20,6 +21,17 @@ const (
 
 // Step is one request's share of a Forward call: n tokens at positions
 // Pos, Pos+1, ..., Pos+n-1.
+//
+// With Tree set, the tokens are a tree of candidate continuations (a
+// speculative decoder's draft tree) rather than one sequence: token i
+// follows token Tree[i] of the step, or the cached prefix when Tree[i]
+// is -1, and parents come first (Tree[i] < i). Token i is stored in
+// cache slot Pos+i but sits at position Pos+depth(i) (its RoPE angle)
+// and attends to the Pos cached positions and its own ancestors only, so
+// each root-to-node path computes exactly what that path alone would,
+// bit for bit. Afterwards the cache holds Pos+n slots, of which only
+// the prefix up to the first slot off the path the caller keeps is a
+// sequence: the next forward starts there (a rewind, as always).
 type Step struct {
 	Req *Request
 	Pos int // absolute position of the first token; <= Req.Len()
@@ -30,6 +42,7 @@ type Step struct {
 	Hidden []float32
 
 	Want Want
+	Tree []int32 // parent of each token within the step; nil: a sequence
 }
 
 // Result is the output of one Step. Its slices point into the request's
@@ -57,8 +70,10 @@ const parallelMACs = 1 << 16
 type scratch struct {
 	x, xb, q, k, v, att, h1, h3, tmp []float32
 	logits                           []float32 // the head rows of a batch of steps
-	pos                              []int     // absolute position of each token
+	pos                              []int     // absolute position of each token (its RoPE angle)
+	slot                             []int     // cache slot of each token: its position but in a tree
 	tok                              []int     // step index of each token
+	anc                              [][]int32 // a tree token's path's slots, root first; nil for a sequence's
 }
 
 func grow(s []float32, n int) []float32 {
@@ -102,6 +117,16 @@ func (m *Model) check(s *Step, seen map[*Request]bool) (n int, err error) {
 	if s.Want > WantNone {
 		return 0, fmt.Errorf("%w: want %d", ErrBadInput, s.Want)
 	}
+	if s.Tree != nil {
+		if len(s.Tree) != n {
+			return 0, fmt.Errorf("%w: tree of %d parents for %d tokens", ErrBadInput, len(s.Tree), n)
+		}
+		for i, p := range s.Tree {
+			if p < -1 || int(p) >= i {
+				return 0, fmt.Errorf("%w: token %d's parent is %d: parents must come first", ErrBadInput, i, p)
+			}
+		}
+	}
 	return n, nil
 }
 
@@ -142,7 +167,9 @@ func (m *Model) Forward(steps []Step) []Result {
 	sc.h1 = grow(sc.h1, T*c.HiddenDim)
 	sc.h3 = grow(sc.h3, T*c.HiddenDim)
 	sc.pos = sc.pos[:0]
+	sc.slot = sc.slot[:0]
 	sc.tok = sc.tok[:0]
+	sc.anc = sc.anc[:0]
 
 	// Inputs.
 	off := 0
@@ -152,8 +179,21 @@ func (m *Model) Forward(steps []Step) []Result {
 		}
 		s.Req.grow(s.Pos + ns[i])
 		for t := 0; t < ns[i]; t++ {
-			sc.pos = append(sc.pos, s.Pos+t)
+			sc.slot = append(sc.slot, s.Pos+t)
 			sc.tok = append(sc.tok, i)
+			if s.Tree == nil {
+				sc.pos = append(sc.pos, s.Pos+t)
+				sc.anc = append(sc.anc, nil)
+				continue
+			}
+			// The slots of the token's path, root first.
+			var path []int32
+			for a := int32(t); a >= 0; a = s.Tree[a] {
+				path = append(path, int32(s.Pos)+a)
+			}
+			slices.Reverse(path)
+			sc.pos = append(sc.pos, s.Pos+len(path)-1)
+			sc.anc = append(sc.anc, path)
 		}
 		dst := sc.x[off*c.Dim : (off+ns[i])*c.Dim]
 		if m.w.HasEmbed() {
@@ -252,7 +292,7 @@ func (m *Model) layer(l int, steps []Step, T int) {
 	// Write this layer's keys and values into each request's cache.
 	for t := 0; t < T; t++ {
 		r := steps[sc.tok[t]].Req
-		p := sc.pos[t]
+		p := sc.slot[t]
 		for h := 0; h < c.KVHeads; h++ {
 			o := (h*r.cap + p) * hd
 			copy(r.k[l][o:o+hd], sc.k[t*kvd+h*hd:t*kvd+(h+1)*hd])
@@ -280,7 +320,7 @@ func (m *Model) attention(l int, steps []Step, T int) {
 	items := T * c.KVHeads
 	work := 0
 	for t := 0; t < T; t++ {
-		work += (sc.pos[t] + 1) * c.QDim() * 2
+		work += (sc.slot[t] + 1) * c.QDim() * 2
 	}
 	do := func(lo, hi int) {
 		var scores []float32
@@ -303,8 +343,7 @@ func (m *Model) attendGroup(l int, r *Request, t, kh int, scores []float32) []fl
 	sc := &m.sc
 	hd := c.HeadSize()
 	G := c.Heads / c.KVHeads
-	p := sc.pos[t]
-	n := p + 1
+	n := sc.slot[t] + 1
 	if cap(scores) < G*n {
 		scores = make([]float32, G*c.Context)
 	}
@@ -313,13 +352,32 @@ func (m *Model) attendGroup(l int, r *Request, t, kh int, scores []float32) []fl
 	vals := r.v[l][kh*r.cap*hd : (kh*r.cap+n)*hd]
 	q := sc.q[t*c.QDim()+kh*G*hd:]
 	kernels.MatMulF32(scores, n, keys, hd, q, hd, G, 0, n)
+	// A tree token sees the prefix and its path: keep those scores, in
+	// order, so that the softmax and the sum below are the ones its path
+	// alone would compute (each score is the same dot product wherever it
+	// sits). Rows move left only, so the compaction can be done in place.
+	anc := sc.anc[t]
+	m0 := n
+	prefix := sc.pos[t] + 1 - len(anc) // the step's Pos, for a tree token
+	if anc != nil {
+		m0 = prefix + len(anc)
+		for g := 0; g < G; g++ {
+			copy(scores[g*m0:g*m0+prefix], scores[g*n:g*n+prefix])
+			for j, a := range anc {
+				scores[g*m0+prefix+j] = scores[g*n+int(a)]
+			}
+		}
+	}
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	for g := 0; g < G; g++ {
-		s := scores[g*n : (g+1)*n]
+		s := scores[g*m0 : (g+1)*m0]
 		softmax(s, scale)
 		o := sc.att[t*c.QDim()+(kh*G+g)*hd:][:hd]
 		clear(o)
 		for j, a := range s {
+			if anc != nil && j >= prefix {
+				j = int(anc[j-prefix])
+			}
 			vj := vals[j*hd : (j+1)*hd]
 			for d := range o {
 				o[d] += float32(a * vj[d])
