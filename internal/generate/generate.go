@@ -19,12 +19,19 @@ var ErrPromptTooLong = errors.New("generate: prompt exceeds the context length")
 // the next token after each output row: after the last position, or after
 // every position when All is set. Uniform holds one random number in
 // [0, 1) per row for sampling; greedy settings ignore it.
+//
+// With Tree set, IDs are a tree of drafts rather than a sequence (see
+// ovrt.Step.Tree): ID i follows ID Tree[i], or position Pos-1 when
+// Tree[i] is -1, and sits at position Pos+depth(i). Afterwards the
+// backend holds a sequence only up to the first slot the caller's next
+// step does not keep, and that step starts there.
 type Step struct {
 	Pos     int
 	IDs     []int32
 	All     bool
 	Uniform []float64
-	Logits  bool // also return the rows' logits, if the backend can
+	Logits  bool    // also return the rows' logits, if the backend can
+	Tree    []int32 // parents of IDs within the step (nil: a sequence)
 }
 
 // StepResult is a backend's answer: the chosen id per row, and the rows'
@@ -72,6 +79,10 @@ type Result struct {
 	Drafted   int
 	Accepted  int
 	DraftTime time.Duration
+	// Refed counts accepted tree nodes that were off their tree's leading
+	// chain, so not in the caches as a sequence: the next traversal runs
+	// them again (see RunSpeculative's trees).
+	Refed int
 }
 
 // AcceptanceRate returns the fraction of drafts the target accepted.
@@ -241,13 +252,17 @@ func NewLocal(p sample.Params, models ...*ovrt.Model) (*Local, error) {
 // Logits runs ids at pos and returns the logits of the last position, or
 // of every position when all is set, as rows of vocab floats.
 func (l *Local) Logits(ctx context.Context, pos int, ids []int32, all bool) ([]float32, error) {
+	return l.logits(ctx, pos, ids, all, nil)
+}
+
+func (l *Local) logits(ctx context.Context, pos int, ids []int32, all bool, tree []int32) ([]float32, error) {
 	want := ovrt.WantLast
 	rows := 1
 	if all {
 		want = ovrt.WantAll
 		rows = len(ids)
 	}
-	step := ovrt.Step{Pos: pos, Tokens: ids, Want: want}
+	step := ovrt.Step{Pos: pos, Tokens: ids, Want: want, Tree: tree}
 	var logits []float32
 	for i, r := range l.reqs {
 		res, err := r.Infer(step)
@@ -268,14 +283,14 @@ func (l *Local) Logits(ctx context.Context, pos int, ids []int32, all bool) ([]f
 				}
 			}
 		}
-		step = ovrt.Step{Pos: pos, Hidden: res.Hidden, Want: want}
+		step = ovrt.Step{Pos: pos, Hidden: res.Hidden, Want: want, Tree: tree}
 	}
 	return logits, nil
 }
 
 // Step implements Backend.
 func (l *Local) Step(ctx context.Context, s Step) (StepResult, error) {
-	logits, err := l.Logits(ctx, s.Pos, s.IDs, s.All)
+	logits, err := l.logits(ctx, s.Pos, s.IDs, s.All, s.Tree)
 	if err != nil {
 		return StepResult{}, err
 	}

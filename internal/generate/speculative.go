@@ -31,6 +31,11 @@ type SpecOptions struct {
 	// rule it falls back on; both may be zero.
 	Prior  spec.Costs
 	HopRTT time.Duration
+	// Tree is the number of draft nodes per traversal when the drafter
+	// drafts trees (spec.TreeDrafter, as NGram does): 0 chooses it from
+	// the measured costs when K is automatic (spec.TreeBudget) and drafts
+	// chains when K is fixed; < 0 always drafts chains.
+	Tree int
 }
 
 // RunSpeculative generates from prompt like Run, but drafts tokens with d
@@ -135,8 +140,15 @@ func RunSpeculative(ctx context.Context, b Backend, d spec.Drafter, prompt []int
 		return false, ctx.Err()
 	}
 	done, err := emit(out.Next[len(out.Next)-1])
+	td, trees := d.(spec.TreeDrafter)
+	trees = trees && (so.Tree > 0 || so.Tree == 0 && tuner != nil)
+	cached := len(prompt) // positions the backend holds as a sequence
 	for !done && err == nil {
-		done, err = specRound(ctx, b, d, o, so, tuner, smp, &res, seq, uniforms, accept.Float64, now, emit)
+		if trees {
+			done, err = treeRound(ctx, b, td, o, so, tuner, &res, seq, &cached, uniforms, now, emit)
+		} else {
+			done, err = specRound(ctx, b, d, o, so, tuner, smp, &res, seq, uniforms, accept.Float64, now, emit)
+		}
 	}
 	if len(res.IDs) > 0 {
 		res.Decode = now().Sub(t0)
@@ -227,4 +239,134 @@ func specRound(ctx context.Context, b Backend, d spec.Drafter, o Options, so Spe
 		}
 	}
 	return false, nil
+}
+
+// treeRound drafts a tree, verifies all of it in one traversal, and emits
+// the longest path the target agrees with and the target's token after
+// it. The step starts at *cached, the end of what the backend holds as a
+// sequence: emitted tokens past it (the last one, and accepted nodes the
+// previous tree held off its leading chain) run again as the trunk the
+// tree hangs from. Every row draws with the number of the generated token
+// it chooses, as in Run, so sampled output with point-mass drafts is Run's
+// too.
+func treeRound(ctx context.Context, b Backend, td spec.TreeDrafter, o Options, so SpecOptions, tuner *spec.Tuner,
+	res *Result, seq []int, cached *int, uniforms func(from, n int) []float64, now func() time.Time,
+	emit func(int) (bool, error)) (bool, error) {
+	g := len(res.IDs) // index of the next generated token
+	L := len(seq)
+	trunk := seq[*cached:L] // the last is the tree's root
+	depth := so.MaxK
+	if depth <= 0 {
+		depth = spec.DefaultMaxK
+	}
+	budget := so.Tree
+	if budget <= 0 {
+		c, _ := tuner.Costs()
+		budget = spec.TreeBudget(c, tuner.K(), 0)
+	}
+	// Never verify past the last token wanted or the context: a node at
+	// depth d is generated token g+d, in slot L-1+index.
+	depth = min(depth, o.MaxTokens-g-1)
+	if o.Context > 0 {
+		depth = min(depth, o.Context-L)
+		budget = min(budget, o.Context-L)
+	}
+	var tree spec.Tree
+	if depth > 0 && budget > 0 {
+		t := now()
+		tree = td.DraftTree(seq, depth, budget)
+		if tree.Len() > budget || len(tree.Parent) != tree.Len() {
+			return true, fmt.Errorf("%w: a tree of %d nodes for a budget of %d", spec.ErrDraft, tree.Len(), budget)
+		}
+		res.DraftTime += now().Sub(t)
+		if tuner != nil {
+			tuner.ObserveDraft(tree.Len(), now().Sub(t))
+		}
+	}
+	nt := len(trunk)
+	root := nt - 1
+	n := nt + tree.Len()
+	ids := make([]int32, n)
+	parents := make([]int32, n)
+	us := make([]float64, n)
+	kids := make([][]int, n)
+	for i, x := range trunk {
+		ids[i], parents[i] = int32(x), int32(i-1)
+		us[i] = uniforms(g-root+i, 1)[0] // trunk row i chooses generated token g-root+i
+	}
+	for i, x := range tree.Tokens {
+		p := tree.Parent[i]
+		if p < -1 || p >= i {
+			return true, fmt.Errorf("%w: tree node %d's parent is %d", spec.ErrDraft, i, p)
+		}
+		at := nt + i
+		ids[at], parents[at] = int32(x), int32(root)
+		if p >= 0 {
+			parents[at] = int32(nt + p)
+		}
+		kids[parents[at]] = append(kids[parents[at]], at)
+	}
+	depthOf := func(i int) int {
+		d := 0
+		for ; i > root; i = int(parents[i]) {
+			d++
+		}
+		return d
+	}
+	for i := nt; i < n; i++ {
+		us[i] = uniforms(g+depthOf(i), 1)[0]
+	}
+	st := Step{Pos: *cached, IDs: ids, All: n > 1, Uniform: us, Tree: parents}
+	if nt == 1 && tree.Chain() {
+		st.Tree = nil // a plain speculative step: any backend runs it
+	}
+	if st.All == false {
+		st.Uniform = us[n-1:]
+	}
+	t := now()
+	out, err := b.Step(ctx, st)
+	if err != nil {
+		return true, err
+	}
+	res.Traversals++
+	if want := len(st.Uniform); len(out.Next) != want {
+		return true, fmt.Errorf("generate: %d rows for %d positions", len(out.Next), want)
+	}
+	if tuner != nil {
+		tuner.ObserveStep(n, now().Sub(t))
+	}
+	if !st.All {
+		out.Next = append(make([]int, n-1), out.Next...)
+	}
+	// Walk down the tree while the target's choice is a child.
+	cur, keep := root, *cached+nt
+	var path []int
+	for {
+		next := out.Next[cur]
+		child := -1
+		for _, k := range kids[cur] {
+			if int(ids[k]) == next {
+				child = k
+				break
+			}
+		}
+		if child < 0 {
+			break
+		}
+		if child == keep-*cached && keep-*cached == nt+len(path) {
+			keep++ // still the leading chain: its slots are the sequence's
+		}
+		path = append(path, child)
+		cur = child
+	}
+	res.Drafted += tree.Len()
+	res.Accepted += len(path)
+	res.Refed += *cached + nt + len(path) - keep
+	*cached = keep
+	for _, i := range path {
+		if done, err := emit(int(ids[i])); done || err != nil {
+			return done, err
+		}
+	}
+	return emit(out.Next[cur])
 }

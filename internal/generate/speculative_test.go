@@ -16,9 +16,11 @@ import (
 // sequence by position, refuses a step that would leave a gap, drops what
 // it held from the step's position on, and chooses the token after a
 // prefix by a fixed hash of it (greedy) or of it and the row's uniform.
+// A tree step's row sees the held prefix and its path.
 type toy struct {
 	vocab   int
 	sampled bool
+	counted bool // hash the prefix's length too: text that does not loop
 	held    []int
 	steps   []Step
 }
@@ -29,6 +31,9 @@ func (b *toy) choose(prefix []int, u float64) int {
 	h := uint64(14695981039346656037)
 	for _, t := range prefix[max(0, len(prefix)-3):] { // a 3-gram model: it repeats itself
 		h = (h ^ uint64(t)) * 1099511628211
+	}
+	if b.counted {
+		h = (h ^ uint64(len(prefix))) * 1099511628211
 	}
 	if b.sampled {
 		h ^= uint64(u * 4) // four likely continuations
@@ -55,10 +60,24 @@ func (b *toy) Step(ctx context.Context, s Step) (StepResult, error) {
 	}
 	var out StepResult
 	for r := range rows {
-		end := s.Pos + len(s.IDs) - rows + r + 1
-		out.Next = append(out.Next, b.choose(b.held[:end], s.Uniform[r]))
+		i := len(s.IDs) - rows + r
+		prefix := b.held[:s.Pos+i+1]
+		if s.Tree != nil {
+			prefix = append(slices.Clone(b.held[:s.Pos]), treePath(s.IDs, s.Tree, i)...)
+		}
+		out.Next = append(out.Next, b.choose(prefix, s.Uniform[r]))
 	}
 	return out, nil
+}
+
+// treePath returns the tokens from a tree step's root to node i.
+func treePath(ids, parents []int32, i int) []int {
+	var p []int
+	for ; i >= 0; i = int(parents[i]) {
+		p = append(p, int(ids[i]))
+	}
+	slices.Reverse(p)
+	return p
 }
 
 // noisy drafts random tokens, some of them right: a drafter that guesses
@@ -111,51 +130,62 @@ func TestSpeculativeIsRun(t *testing.T) {
 				t.Fatalf("Run's OnToken %v, ids %v", wantTokens, ref.IDs)
 			}
 			for _, k := range []int{0, 1, 3, 8} {
-				for di, mk := range []func(*toy) spec.Drafter{
-					func(*toy) spec.Drafter { return spec.NGram{} },
-					func(b *toy) spec.Drafter { return &noisy{target: b, hit: 0.7, r: rand.New(rand.NewPCG(1, 2))} },
-					func(b *toy) spec.Drafter { return &noisy{target: b, hit: 1, r: rand.New(rand.NewPCG(1, 2))} },
-					func(b *toy) spec.Drafter { return &noisy{target: b, hit: 0, r: rand.New(rand.NewPCG(1, 2))} },
-					// A history that holds this very answer (drafts mostly
-					// right), and one of noise (mostly wrong).
-					func(*toy) spec.Drafter {
-						h := spec.NewHistory(0)
-						h.Add(append(slices.Clone(prompt), ref.IDs...))
-						return spec.NGram{History: h}
-					},
-					func(*toy) spec.Drafter {
-						h, r := spec.NewHistory(64), rand.New(rand.NewPCG(3, 4))
-						for range 20 {
-							seq := make([]int, 1+r.IntN(12))
-							for i := range seq {
-								seq[i] = r.IntN(8)
+				for _, tb := range []int{0, 6} {
+					for di, mk := range []func(*toy) spec.Drafter{
+						func(*toy) spec.Drafter { return spec.NGram{} },
+						func(b *toy) spec.Drafter { return &noisy{target: b, hit: 0.7, r: rand.New(rand.NewPCG(1, 2))} },
+						func(b *toy) spec.Drafter { return &noisy{target: b, hit: 1, r: rand.New(rand.NewPCG(1, 2))} },
+						func(b *toy) spec.Drafter { return &noisy{target: b, hit: 0, r: rand.New(rand.NewPCG(1, 2))} },
+						// A history that holds this very answer (drafts mostly
+						// right), and one of noise (mostly wrong).
+						func(*toy) spec.Drafter {
+							h := spec.NewHistory(0)
+							h.Add(append(slices.Clone(prompt), ref.IDs...))
+							return spec.NGram{History: h}
+						},
+						func(*toy) spec.Drafter {
+							h, r := spec.NewHistory(64), rand.New(rand.NewPCG(3, 4))
+							for range 20 {
+								seq := make([]int, 1+r.IntN(12))
+								for i := range seq {
+									seq[i] = r.IntN(8)
+								}
+								h.Add(seq)
 							}
-							h.Add(seq)
+							return spec.NGram{History: h}
+						},
+					} {
+						name := fmt.Sprintf("sampled=%v/opts=%d/K=%d/tree=%d/drafter=%d", sampled, oi, k, tb, di)
+						b := &toy{vocab: 8, sampled: sampled}
+						var got []int
+						o.OnToken = func(id int) { got = append(got, id) }
+						r, err := RunSpeculative(context.Background(), b, mk(b), prompt, o, SpecOptions{K: k, Tree: tb})
+						if err != nil {
+							t.Fatalf("%s: %v", name, err)
 						}
-						return spec.NGram{History: h}
-					},
-				} {
-					name := fmt.Sprintf("sampled=%v/opts=%d/K=%d/drafter=%d", sampled, oi, k, di)
-					b := &toy{vocab: 8, sampled: sampled}
-					var got []int
-					o.OnToken = func(id int) { got = append(got, id) }
-					r, err := RunSpeculative(context.Background(), b, mk(b), prompt, o, SpecOptions{K: k})
-					if err != nil {
-						t.Fatalf("%s: %v", name, err)
-					}
-					if !slices.Equal(r.IDs, ref.IDs) || !slices.Equal(got, ref.IDs) || r.Stopped != ref.Stopped {
-						t.Fatalf("%s: %v (%s), streamed %v; Run: %v (%s)", name, r.IDs, r.Stopped, got, ref.IDs, ref.Stopped)
-					}
-					if r.Accepted > r.Drafted || r.Traversals != len(b.steps) || r.Traversals > ref.Traversals {
-						t.Fatalf("%s: %d of %d accepted in %d traversals (%d steps; Run %d)", name, r.Accepted, r.Drafted, r.Traversals, len(b.steps), ref.Traversals)
-					}
-					if di == 2 && k > 1 && len(r.IDs) > 2*k && r.Traversals > 1+(len(r.IDs)+k)/(k+1) {
-						t.Fatalf("%s: a perfect drafter took %d traversals for %d tokens", name, r.Traversals, len(r.IDs))
-					}
-					for _, st := range b.steps {
-						// The last token wanted is never fed; nor is a position past the context.
-						if end := st.Pos + len(st.IDs); end > len(prompt)+o.MaxTokens-1 && end > len(prompt) || o.Context > 0 && end > o.Context {
-							t.Fatalf("%s: step at %d with %d ids past the context or the length", name, st.Pos, len(st.IDs))
+						if !slices.Equal(r.IDs, ref.IDs) || !slices.Equal(got, ref.IDs) || r.Stopped != ref.Stopped {
+							t.Fatalf("%s: %v (%s), streamed %v; Run: %v (%s)", name, r.IDs, r.Stopped, got, ref.IDs, ref.Stopped)
+						}
+						if r.Accepted > r.Drafted || r.Traversals != len(b.steps) || r.Traversals > ref.Traversals {
+							t.Fatalf("%s: %d of %d accepted in %d traversals (%d steps; Run %d)", name, r.Accepted, r.Drafted, r.Traversals, len(b.steps), ref.Traversals)
+						}
+						if di == 2 && k > 1 && len(r.IDs) > 2*k && r.Traversals > 1+(len(r.IDs)+k)/(k+1) {
+							t.Fatalf("%s: a perfect drafter took %d traversals for %d tokens", name, r.Traversals, len(r.IDs))
+						}
+						for _, st := range b.steps {
+							// The last token wanted is never fed; nor is a position past the context.
+							end := st.Pos + len(st.IDs)
+							if o.Context > 0 && end > o.Context {
+								t.Fatalf("%s: step at %d with %d ids past the context", name, st.Pos, len(st.IDs))
+							}
+							for i := range st.IDs {
+								if st.Tree != nil {
+									end = st.Pos + len(treePath(st.IDs, st.Tree, i))
+								}
+								if end > len(prompt)+o.MaxTokens-1 && end > len(prompt) {
+									t.Fatalf("%s: step at %d with %d ids past the length", name, st.Pos, len(st.IDs))
+								}
+							}
 						}
 					}
 				}
@@ -264,5 +294,59 @@ func TestSpeculativeTiming(t *testing.T) {
 	}
 	if r.Prefill <= 0 || r.Decode <= 0 || r.DecodeRate() <= 0 || r.DraftTime <= 0 || r.DraftTime > r.Decode {
 		t.Fatalf("prefill %v decode %v draft %v", r.Prefill, r.Decode, r.DraftTime)
+	}
+}
+
+// TestSpeculativeTree: with a history that holds the answer and mutated
+// copies of it, the n-gram drafter's trees branch, accepted paths leave
+// the leading chain (so tokens are fed again as a trunk, which the toy's
+// choices would notice if done wrong), and the output is still Run's,
+// greedy and sampled.
+func TestSpeculativeTree(t *testing.T) {
+	prompt := []int{1, 5, 9, 5, 9, 5}
+	for _, sampled := range []bool{false, true} {
+		o := Options{MaxTokens: 60, EOS: -1, Seed: 7}
+		ref, err := Run(context.Background(), &toy{vocab: 64, counted: true, sampled: sampled}, prompt, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The answer twice, and three times a copy that differs from it
+		// every 7th token: the heavier branch is wrong there, and the
+		// right token is the leading chain's sibling.
+		h := spec.NewHistory(0)
+		answer := append(slices.Clone(prompt), ref.IDs...)
+		wrong := slices.Clone(answer)
+		for i := len(prompt) + 3; i < len(wrong); i += 7 {
+			wrong[i] = (wrong[i] + 1) % 64
+		}
+		for _, seq := range [][]int{answer, wrong, answer, wrong, wrong} {
+			h.Add(seq)
+		}
+		for _, tb := range []int{3, 12} {
+			b := &toy{vocab: 64, counted: true, sampled: sampled}
+			res, err := RunSpeculative(context.Background(), b, spec.NGram{History: h}, prompt, o, SpecOptions{Tree: tb, MaxK: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(res.IDs, ref.IDs) {
+				t.Fatalf("sampled=%v tree=%d: %v, Run %v", sampled, tb, res.IDs, ref.IDs)
+			}
+			var trees int
+			for _, st := range b.steps {
+				for i, p := range st.Tree {
+					if p != int32(i-1) {
+						trees++ // a branching tree
+						break
+					}
+				}
+			}
+			if tb == 12 && (trees == 0 || res.Refed == 0) { // 3 nodes hold only the leading chain; 12 its siblings too
+				t.Fatalf("sampled=%v tree=%d: %d branching trees in %d steps, %d tokens fed again", sampled, tb, trees, len(b.steps), res.Refed)
+			}
+			if res.Traversals >= ref.Traversals/2 {
+				t.Fatalf("sampled=%v tree=%d: %d traversals for %d tokens (Run %d)", sampled, tb, res.Traversals, len(res.IDs), ref.Traversals)
+			}
+			t.Logf("sampled=%v tree=%d: %d traversals, %d branching trees, %d of %d drafts accepted, %d fed again", sampled, tb, res.Traversals, trees, res.Accepted, res.Drafted, res.Refed)
+		}
 	}
 }

@@ -90,9 +90,10 @@ func (s *stories) drafter(t testing.TB, p sample.Params, seed uint64) *spec.Draf
 
 // TestSpeculativeStories15M is the acceptance test: on stories15M in
 // process, speculative greedy decoding gives plain greedy decoding's
-// tokens for K = 1, 3, 8 and auto, with the n-gram drafter and with a
-// draft model; and sampled decoding with point-mass drafts gives Run's
-// tokens for the same seed.
+// tokens for K = 1, 3, 8 and auto, with the n-gram drafter (chains, and
+// trees of 24 nodes drafted from a history of near-copies of the answer)
+// and with a draft model; and sampled decoding with point-mass drafts
+// gives Run's tokens for the same seed.
 func TestSpeculativeStories15M(t *testing.T) {
 	s := loadStories(t)
 	ctx := context.Background()
@@ -111,28 +112,44 @@ func TestSpeculativeStories15M(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Near-copies of the answer: one every 5th token off by one, or
+		// every 3rd; the trees branch where they disagree.
+		h := spec.NewHistory(0)
+		for _, every := range []int{5, 3, 5} {
+			seq := append(slices.Clone(s.prompt), ref.IDs...)
+			for i := len(s.prompt) + 2; i < len(seq); i += every {
+				seq[i] = (seq[i] + 1) % s.w.Config.Vocab
+			}
+			h.Add(seq)
+		}
+		h.Add(append(slices.Clone(s.prompt), ref.IDs...))
 		drafters := []struct {
 			name string
 			mk   func() spec.Drafter
+			tree int
 		}{
-			{"ngram", func() spec.Drafter { return spec.NGram{} }},
+			{"ngram", func() spec.Drafter { return spec.NGram{} }, -1},
+			{"ngram-history-tree", func() spec.Drafter { return spec.NGram{History: h} }, 24},
 			{"draft-q4-argmax", func() spec.Drafter {
 				d, _ := spec.NewDraftModel(s.draft, spec.ModelOptions{Sampling: p, PointMass: true})
 				return d
-			}},
+			}, 0},
 		}
 		for _, d := range drafters {
 			for _, k := range []int{1, 3, 8, 0} {
 				t.Run(fmt.Sprintf("temp=%v/%s/K=%d", p.Temp, d.name, k), func(t *testing.T) {
-					r, err := RunSpeculative(ctx, s.local(t, p), d.mk(), s.prompt, o, SpecOptions{K: k, Sampling: p})
+					r, err := RunSpeculative(ctx, s.local(t, p), d.mk(), s.prompt, o, SpecOptions{K: k, Sampling: p, Tree: d.tree})
 					if err != nil {
 						t.Fatal(err)
 					}
 					if !slices.Equal(r.IDs, ref.IDs) || r.Stopped != ref.Stopped {
 						t.Fatalf("speculative\n%v (%s)\nplain\n%v (%s)", r.IDs, r.Stopped, ref.IDs, ref.Stopped)
 					}
-					t.Logf("%d tokens in %d traversals (plain: %d); %d of %d drafts accepted (%.0f%%)",
-						len(r.IDs), r.Traversals, ref.Traversals, r.Accepted, r.Drafted, 100*r.AcceptanceRate())
+					t.Logf("%d tokens in %d traversals (plain: %d); %d of %d drafts accepted (%.0f%%), %d fed again",
+						len(r.IDs), r.Traversals, ref.Traversals, r.Accepted, r.Drafted, 100*r.AcceptanceRate(), r.Refed)
+					if d.tree > 0 && r.Refed == 0 {
+						t.Errorf("no accepted path left a tree's leading chain")
+					}
 				})
 			}
 		}
