@@ -471,7 +471,7 @@ func (st *Stage) refund(sess *session) {
 // payloadBytes is what a queued forward holds beyond its fixed fields: no
 // more than its frame's length.
 func payloadBytes(f *wire.Forward) int {
-	return len(f.Data) + 8*len(f.Partial) + 8*len(f.Uniform) + 9*len(f.Trace)
+	return len(f.Data) + 8*len(f.Partial) + 8*len(f.Uniform) + 9*len(f.Trace) + 4*len(f.Tree)
 }
 
 // readError classifies a failed frame read for the wire.
@@ -893,7 +893,7 @@ func (st *Stage) runBatch(batch []*job) time.Duration {
 			continue // closed while queued
 		default:
 		}
-		step := ovrt.Step{Req: j.s.req, Pos: int(j.f.Pos), Want: ovrt.WantLast}
+		step := ovrt.Step{Req: j.s.req, Pos: int(j.f.Pos), Want: ovrt.WantLast, Tree: j.f.Tree}
 		if j.f.All {
 			step.Want = ovrt.WantAll
 		}
@@ -978,7 +978,7 @@ func (st *Stage) emit(j *job, r ovrt.Result, t wire.Timing) error {
 	}
 	if !st.last {
 		next := &wire.Forward{Session: f.Session, Seq: f.Seq, Pos: f.Pos, NTok: f.NTok, All: f.All,
-			Uniform: f.Uniform, Trace: trace}
+			Uniform: f.Uniform, Trace: trace, Tree: f.Tree}
 		if o.DType == wire.F16 {
 			next.Kind = wire.KindHiddenF16
 			next.Data = make([]byte, 2*len(r.Hidden))

@@ -139,6 +139,13 @@ func (r *Resilient) Close() error {
 	return r.s.Close()
 }
 
+// Trees implements generate.TreeBackend. A failover replays the
+// positions before the failed step, which a tree step's caller keeps as
+// a sequence, so trees fail over like chains. Verification compares rows
+// by position and replays them as a sequence on a shadow route, which a
+// tree's rows are not: with verification on, speculation drafts chains.
+func (r *Resilient) Trees() bool { return r.v == nil }
+
 // Step runs st, failing over as often as it must and may.
 func (r *Resilient) Step(ctx context.Context, st generate.Step) (generate.StepResult, error) {
 	if st.Pos > len(r.fed) {

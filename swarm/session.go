@@ -308,6 +308,10 @@ func upError(m wire.Message, ok bool) error {
 	return fmt.Errorf("%w: %w", ErrSession, m.(*wire.Error))
 }
 
+// Trees implements generate.TreeBackend: every hop passes a forward's
+// tree to its runtime.
+func (s *Session) Trees() bool { return true }
+
 // Step implements generate.Backend. It waits for hop 0's credit, sends
 // the forward and waits for its result, all within the session's
 // timeout.
@@ -329,7 +333,7 @@ func (s *Session) Step(ctx context.Context, st generate.Step) (generate.StepResu
 		}
 	}
 	s.seq++
-	f := &wire.Forward{Session: s.ID, Seq: s.seq, Pos: uint32(st.Pos), All: st.All}
+	f := &wire.Forward{Session: s.ID, Seq: s.seq, Pos: uint32(st.Pos), All: st.All, Tree: st.Tree}
 	f.SetTokens(st.IDs)
 	if s.output == wire.OutSample {
 		f.Uniform = st.Uniform

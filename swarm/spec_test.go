@@ -19,7 +19,8 @@ import (
 // route on loopback gives the tokens of plain local decoding, greedy for
 // K = 1, 3, 8 and auto with the n-gram drafter and a draft model (the
 // model itself in q4), and sampled with point-mass drafts (the last hop
-// samples every row with the client's numbers). A 1-stage route opened
+// samples every row with the client's numbers), and with n-gram draft
+// trees, whose every hop attends along the tree. A 1-stage route opened
 // for logits verifies a sampling draft model's distributions on the
 // client.
 func TestSpeculativeOverRoute(t *testing.T) {
@@ -81,6 +82,31 @@ func TestSpeculativeOverRoute(t *testing.T) {
 				})
 			}
 		}
+		// Draft trees: a history of near-copies of the answer makes them
+		// branch, and some accepted paths leave the leading chain.
+		t.Run(fmt.Sprintf("temp=%v/ngram-history-tree", p.Temp), func(t *testing.T) {
+			h := spec.NewHistory(0)
+			for _, every := range []int{4, 3, 0} {
+				seq := append(slices.Clone(prompt), want...)
+				for i := len(prompt) + 2; every > 0 && i < len(seq); i += every {
+					seq[i] = (seq[i] + 1) % 32000
+				}
+				h.Add(seq)
+			}
+			s := open(t, p, false, routeOf(f.layouts[2], nodes))
+			r, err := generate.RunSpeculative(context.Background(), s, spec.NGram{History: h}, prompt,
+				generate.Options{MaxTokens: n, IgnoreEOS: true, Seed: p.Seed, Context: 256}, generate.SpecOptions{Tree: 16, Sampling: p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(r.IDs, want) {
+				t.Fatalf("speculative through the route\n%v\nlocal\n%v", r.IDs, want)
+			}
+			if r.Refed == 0 {
+				t.Fatal("no accepted path left a tree's leading chain")
+			}
+			t.Logf("%d tokens in %d traversals, %d of %d drafts accepted, %d fed again", len(r.IDs), r.Traversals, r.Accepted, r.Drafted, r.Refed)
+		})
 	}
 	t.Run("sampled draft distributions over logits", func(t *testing.T) {
 		p := sample.Params{Temp: 1, TopK: 8, Seed: 4}

@@ -443,6 +443,12 @@ func newTimed(b generate.Backend, cur func() *swarm.Session, hops int) *timedBac
 	return &timedBackend{b: b, cur: cur, hops: hops}
 }
 
+// Trees implements generate.TreeBackend for the backend it wraps.
+func (t *timedBackend) Trees() bool {
+	tb, ok := t.b.(generate.TreeBackend)
+	return ok && tb.Trees()
+}
+
 func (t *timedBackend) Step(ctx context.Context, st generate.Step) (generate.StepResult, error) {
 	r, err := t.b.Step(ctx, st)
 	if err != nil {

@@ -48,6 +48,19 @@ type Backend interface {
 	Step(ctx context.Context, s Step) (StepResult, error)
 }
 
+// TreeBackend is a Backend that says whether it runs steps with a Tree.
+// RunSpeculative drafts trees only for backends that say so; others get
+// chains of drafts.
+type TreeBackend interface {
+	Backend
+	Trees() bool
+}
+
+func canTree(b Backend) bool {
+	t, ok := b.(TreeBackend)
+	return ok && t.Trees()
+}
+
 // Options control one generation.
 type Options struct {
 	MaxTokens int // tokens to generate
@@ -287,6 +300,9 @@ func (l *Local) logits(ctx context.Context, pos int, ids []int32, all bool, tree
 	}
 	return logits, nil
 }
+
+// Trees implements TreeBackend: a local model runs tree steps.
+func (l *Local) Trees() bool { return true }
 
 // Step implements Backend.
 func (l *Local) Step(ctx context.Context, s Step) (StepResult, error) {

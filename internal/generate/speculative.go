@@ -32,9 +32,10 @@ type SpecOptions struct {
 	Prior  spec.Costs
 	HopRTT time.Duration
 	// Tree is the number of draft nodes per traversal when the drafter
-	// drafts trees (spec.TreeDrafter, as NGram does): 0 chooses it from
-	// the measured costs when K is automatic (spec.TreeBudget) and drafts
-	// chains when K is fixed; < 0 always drafts chains.
+	// drafts trees (spec.TreeDrafter, as NGram does) and the backend runs
+	// them (TreeBackend): 0 chooses it from the measured costs when K is
+	// automatic (spec.TreeBudget) and drafts chains when K is fixed; < 0
+	// always drafts chains.
 	Tree int
 }
 
@@ -141,7 +142,7 @@ func RunSpeculative(ctx context.Context, b Backend, d spec.Drafter, prompt []int
 	}
 	done, err := emit(out.Next[len(out.Next)-1])
 	td, trees := d.(spec.TreeDrafter)
-	trees = trees && (so.Tree > 0 || so.Tree == 0 && tuner != nil)
+	trees = trees && (so.Tree > 0 || so.Tree == 0 && tuner != nil) && canTree(b)
 	cached := len(prompt) // positions the backend holds as a sequence
 	for !done && err == nil {
 		if trees {

@@ -70,6 +70,8 @@ func (b *toy) Step(ctx context.Context, s Step) (StepResult, error) {
 	return out, nil
 }
 
+func (b *toy) Trees() bool { return true }
+
 // treePath returns the tokens from a tree step's root to node i.
 func treePath(ids, parents []int32, i int) []int {
 	var p []int

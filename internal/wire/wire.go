@@ -138,6 +138,11 @@ type Forward struct {
 	// Uniform holds one number in [0, 1) per output row for OutSample.
 	Uniform []float64
 	Trace   []Timing
+	// Tree, when set, makes the tokens a tree of drafts (ovrt.Step.Tree):
+	// token i follows token Tree[i], or position Pos-1 when it is -1.
+	// It is encoded last and only when set, so a frame without it is the
+	// same bytes as before trees existed.
+	Tree []int32
 }
 
 // Result kinds.
@@ -515,6 +520,12 @@ func (m *Forward) encode(b *buf) {
 		b.f64(u)
 	}
 	b.trace(m.Trace)
+	if len(m.Tree) > 0 {
+		b.u32(uint32(len(m.Tree)))
+		for _, p := range m.Tree {
+			b.u32(uint32(p + 1))
+		}
+	}
 }
 
 func (m *Forward) decode(r *rd) {
@@ -536,6 +547,22 @@ func (m *Forward) decode(r *rd) {
 		m.Uniform = append(m.Uniform, r.f64())
 	}
 	m.Trace = r.trace()
+	if r.err == nil && len(r.b) > 0 {
+		nt := int(r.u32())
+		if nt == 0 || nt*4 > len(r.b) {
+			r.fail("tree of %d parents, %d bytes left", nt, len(r.b))
+			return
+		}
+		m.Tree = make([]int32, nt)
+		for i := range m.Tree {
+			p := int64(r.u32()) - 1
+			if p >= int64(i) {
+				r.fail("tree node %d's parent is %d: parents come first", i, p)
+				return
+			}
+			m.Tree[i] = int32(p)
+		}
+	}
 	if r.err != nil {
 		return
 	}
@@ -554,6 +581,8 @@ func (m *Forward) decode(r *rd) {
 		r.fail("%d partial candidates for %d rows of %d", len(m.Partial), rows, m.PartialK)
 	case len(m.Uniform) != 0 && len(m.Uniform) != rows:
 		r.fail("%d uniforms for %d rows", len(m.Uniform), rows)
+	case m.Tree != nil && len(m.Tree) != int(m.NTok):
+		r.fail("tree of %d parents for %d tokens", len(m.Tree), m.NTok)
 	}
 }
 

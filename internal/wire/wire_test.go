@@ -14,6 +14,8 @@ func sampleMessages() []Message {
 	fw := &Forward{Session: s, Seq: 7, Pos: 12, All: true, PartialK: 1,
 		Partial: []Cand{{5, 1.5}, {9, -2}}, Uniform: []float64{0.25, 0.5}, Trace: []Timing{{0, 10, 200}}}
 	fw.SetTokens([]int32{1, 31999})
+	tree := &Forward{Session: s, Seq: 9, Pos: 20, All: true, Tree: []int32{-1, 0, 0, -1, 3}}
+	tree.SetTokens([]int32{4, 6, 5, 9, 9})
 	return []Message{
 		&Open{Session: s, ModelID: "bafkmodel", Hop: 1, Route: []Hop{
 			{Peer: []byte("peerA"), Addrs: []string{"/ip4/127.0.0.1/tcp/1"}, Shard: "bafyA", Start: 0, End: 3},
@@ -22,6 +24,7 @@ func sampleMessages() []Message {
 		&Opened{Session: s, Hop: 2},
 		fw,
 		&Forward{Session: s, Seq: 8, Pos: 14, NTok: 1, Kind: KindHiddenF16, Data: make([]byte, 576)},
+		tree,
 		&Result{Session: s, Seq: 7, Pos: 12, Rows: 2, Kind: ResultIDs, IDs: []uint32{4, 5}, Trace: []Timing{{2, 1, 2}}},
 		&Result{Session: s, Seq: 7, Rows: 1, Kind: ResultTopK, K: 2, Cands: []Cand{{1, 2}, {3, 4}}},
 		&Result{Session: s, Seq: 7, Rows: 1, Kind: ResultLogits, Logits: []float32{1, 2, 3}},
@@ -88,6 +91,22 @@ func TestRejects(t *testing.T) {
 			return Encode(nil, &o)[4:]
 		}()},
 		{"result kind", Encode(nil, &Result{Kind: 9})[4:]},
+		{"tree order", func() []byte {
+			f := &Forward{Tree: []int32{-1, 1}}
+			f.SetTokens([]int32{1, 2})
+			return Encode(nil, f)[4:]
+		}()},
+		{"tree length", func() []byte {
+			f := &Forward{Tree: []int32{-1, 0, 1}}
+			f.SetTokens([]int32{1, 2})
+			return Encode(nil, f)[4:]
+		}()},
+		{"tree cut", func() []byte {
+			f := &Forward{Tree: []int32{-1, 0}}
+			f.SetTokens([]int32{1, 2})
+			b := Encode(nil, f)[4:]
+			return b[:len(b)-2]
+		}()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
