@@ -63,6 +63,7 @@ func genFlags(fs *flag.FlagSet) {
 	fs.String("draft-model", "", "the draft model of --speculate draft, run here: a file, a known name or a model CID; same vocabulary as the model")
 	fs.String("draft-quant", "", "weight type of the draft model: f32, q8 or q4 (default: --quant)")
 	fs.String("spec-k", "auto", "drafts verified per traversal: auto or 1 to 64")
+	fs.String("spec-tree", "auto", "--speculate ngram: draft nodes verified per traversal as a tree, auto (sized from measured costs when --spec-k is auto; chains otherwise), off, or 1 to 512")
 	fs.String("history", "", "--speculate ngram also drafts from earlier prompts and answers kept in this file, and adds this one; off: the context only (default: HOME/history/MODEL.ngram)")
 }
 
@@ -80,6 +81,7 @@ type genRequest struct {
 	draftModel string
 	draftQuant ovrt.DType
 	specK      int  // 0: auto
+	specTree   int  // draft tree nodes: 0 auto, -1 off
 	pointMass  bool // a draft model proposes its argmax even when sampling
 	threads    int
 	vocab      int
@@ -136,6 +138,9 @@ func (g *genRequest) parseSpec(fs *flag.FlagSet) error {
 		return usagef("--spec-k: %v", err)
 	}
 	g.specK = k
+	if g.specTree, err = spec.ParseTree(flagString(fs, "spec-tree")); err != nil {
+		return usagef("--spec-tree: %v", err)
+	}
 	g.historyFlag = flagString(fs, "history")
 	q := flagString(fs, "draft-quant")
 	if q == "" {
@@ -387,7 +392,7 @@ func (g *genRequest) run(ctx context.Context, env *Env, fwd generate.Backend, ex
 	var res generate.Result
 	switch {
 	case g.speculate != "none":
-		res, err = generate.RunSpeculative(ctx, fwd, d, g.promptIDs, g.opts, generate.SpecOptions{K: g.specK, Sampling: g.sampling})
+		res, err = generate.RunSpeculative(ctx, fwd, d, g.promptIDs, g.opts, generate.SpecOptions{K: g.specK, Sampling: g.sampling, Tree: g.specTree})
 	case g.rewinding != nil:
 		res, err = g.rewinding(ctx, fwd, g.promptIDs, g.opts, stream.rewind)
 	default:
@@ -437,6 +442,7 @@ func (g *genRequest) run(ctx context.Context, env *Env, fwd generate.Backend, ex
 			"accepted":             res.Accepted,
 			"acceptance_rate":      res.AcceptanceRate(),
 			"tokens_per_traversal": res.TokensPerTraversal(),
+			"refed":                res.Refed,
 			"draft_ms":             float64(res.DraftTime.Microseconds()) / 1e3,
 			"point_mass":           g.speculate == "ngram" || g.sampling.Greedy() || g.pointMass,
 			"history":              historyPath(g.hist), // "" when none

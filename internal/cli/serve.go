@@ -44,6 +44,7 @@ libp2p addresses. See docs/api.md.`,
 			fs.String("verify", fmt.Sprint(swarm.DefaultVerifyRate), "check this fraction of steps against other providers of the same shards (all: every step, 0: off); nodes that lie are banned")
 			fs.String("speculate", "none", "speculative decoding of every request: none, or ngram (drafts from the context and from earlier answers in --history; needs --verify 0)")
 			fs.String("spec-k", "auto", "with --speculate ngram: drafts verified per traversal, auto or 1 to 64")
+			fs.String("spec-tree", "auto", "with --speculate ngram: draft nodes verified per traversal as a tree, auto, off or 1 to 512")
 			fs.String("history", "", "with --speculate ngram: the n-gram history file, or off (default: HOME/history/MODEL.ngram)")
 			fs.Int("max-n", 16, "largest n a request may ask for")
 			fs.Int64("max-body", 1<<20, "largest request body in bytes")
@@ -154,6 +155,9 @@ func serveSpeculation(env *Env, fs *flag.FlagSet, gen *openai.Swarm, verified bo
 	}
 	hist := openHistoryFile(env, flagString(fs, "history"), flagString(fs, "home"), gen.Model.ModelID, gen.Model.Config.Vocab)
 	gen.SpecK = k
+	if gen.SpecTree, err = spec.ParseTree(flagString(fs, "spec-tree")); err != nil {
+		return usagef("--spec-tree: %v", err)
+	}
 	gen.Drafter = func() spec.Drafter { return hist.drafter() }
 	if hist != nil {
 		gen.Remember = func(seq []int) { hist.add(env, seq) }

@@ -513,7 +513,7 @@ func oneRequest(ctx context.Context, env *Env, c *swarm.Client, m *shards.Manife
 		var d spec.Drafter
 		var closeDraft func()
 		if d, closeDraft, err = gi.drafter(ctx, env); err == nil {
-			res, err = generate.RunSpeculative(ctx, tb, d, g.promptIDs, opts, generate.SpecOptions{K: g.specK, Sampling: gi.sampling})
+			res, err = generate.RunSpeculative(ctx, tb, d, g.promptIDs, opts, generate.SpecOptions{K: g.specK, Sampling: gi.sampling, Tree: g.specTree})
 			closeDraft()
 		}
 	} else {

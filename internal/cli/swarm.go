@@ -333,7 +333,7 @@ func swarmBatch(ctx context.Context, env *Env, c *swarm.Client, m *shards.Manife
 					r.err = err
 					break
 				}
-				r.res, r.err = generate.RunSpeculative(ctx, s, d, g.promptIDs, opts, generate.SpecOptions{K: g.specK, Sampling: gi.sampling})
+				r.res, r.err = generate.RunSpeculative(ctx, s, d, g.promptIDs, opts, generate.SpecOptions{K: g.specK, Sampling: gi.sampling, Tree: g.specTree})
 				closeDraft()
 			case vo != nil:
 				r.res, r.err = swarm.Generate(ctx, s, g.promptIDs, opts, nil)

@@ -37,8 +37,9 @@ type Swarm struct {
 	// drafts a traversal (0: tuned). Output is unchanged: greedy, or
 	// sampled for the seed (the drafts are verified as point masses).
 	// Sequences that are verified (Verify > 0) do not speculate.
-	Drafter func() spec.Drafter
-	SpecK   int
+	Drafter  func() spec.Drafter
+	SpecK    int
+	SpecTree int // draft tree nodes (generate.SpecOptions.Tree)
 	// Remember, if set, is given every sequence that ended by itself
 	// (its prompt and output), as an n-gram history wants them.
 	Remember func(seq []int)
@@ -204,7 +205,7 @@ func (s *Swarm) Generate(ctx context.Context, r Request, emit func(id int) bool)
 		})
 	case s.Drafter != nil:
 		res, err = generate.RunSpeculative(gctx, rs, s.Drafter(), r.Prompt, opts,
-			generate.SpecOptions{K: s.SpecK, Sampling: sample.Params{Temp: r.Temperature, TopP: r.TopP, Seed: r.Seed}})
+			generate.SpecOptions{K: s.SpecK, Tree: s.SpecTree, Sampling: sample.Params{Temp: r.Temperature, TopP: r.TopP, Seed: r.Seed}})
 	default:
 		res, err = generate.Run(gctx, rs, r.Prompt, opts)
 	}

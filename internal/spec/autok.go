@@ -116,6 +116,24 @@ func ParseK(s string) (int, error) {
 	return k, nil
 }
 
+// ParseTree reads a --spec-tree value: "auto" (0: sized from measured
+// costs when K is automatic), "off" (-1: chains only) or a node count from
+// 1 to 512.
+func ParseTree(s string) (int, error) {
+	s = strings.TrimSpace(s)
+	switch {
+	case strings.EqualFold(s, "auto") || s == "":
+		return 0, nil
+	case strings.EqualFold(s, "off"):
+		return -1, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > 512 {
+		return 0, fmt.Errorf("%w: %q is not auto, off or a node count from 1 to 512", ErrParse, s)
+	}
+	return n, nil
+}
+
 // Tuner chooses the number of drafts as generation goes: it keeps a
 // running estimate of the acceptance rate α, overall and at each draft
 // position given the drafts before it, and of the costs (a traversal's

@@ -60,3 +60,19 @@ func TestTreeBudget(t *testing.T) {
 		}
 	}
 }
+
+func TestParseTree(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want int
+		ok   bool
+	}{
+		{"auto", 0, true}, {"", 0, true}, {"off", -1, true}, {"OFF", -1, true}, {"1", 1, true}, {"512", 512, true},
+		{"0", 0, false}, {"513", 0, false}, {"-1", 0, false}, {"many", 0, false},
+	} {
+		got, err := ParseTree(tt.in)
+		if (err == nil) != tt.ok || got != tt.want {
+			t.Errorf("ParseTree(%q) = %d, %v", tt.in, got, err)
+		}
+	}
+}
