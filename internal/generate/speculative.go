@@ -145,10 +145,24 @@ func RunSpeculative(ctx context.Context, b Backend, d spec.Drafter, prompt []int
 	trees = trees && (so.Tree > 0 || so.Tree == 0 && tuner != nil) && canTree(b)
 	cached := len(prompt) // positions the backend holds as a sequence
 	for !done && err == nil {
+		budget := 0
 		if trees {
-			done, err = treeRound(ctx, b, td, o, so, tuner, &res, seq, &cached, uniforms, now, emit)
+			budget = treeBudget(so, tuner)
+		}
+		if behind := cached < len(seq)-1; budget > 0 || behind {
+			// A chain round needs the caches to hold all but the last
+			// token; after a tree left its leading chain they do not, and
+			// a tree round (of a chain's size at least) feeds the trunk.
+			if behind && budget == 0 {
+				budget = so.K
+				if tuner != nil {
+					budget = tuner.K()
+				}
+			}
+			done, err = treeRound(ctx, b, td, o, so, tuner, budget, &res, seq, &cached, uniforms, now, emit)
 		} else {
 			done, err = specRound(ctx, b, d, o, so, tuner, smp, &res, seq, uniforms, accept.Float64, now, emit)
+			cached = len(seq) - 1
 		}
 	}
 	if len(res.IDs) > 0 {
@@ -242,6 +256,21 @@ func specRound(ctx context.Context, b Backend, d spec.Drafter, o Options, so Spe
 	return false, nil
 }
 
+// treeBudget returns the nodes of the next round's tree: so.Tree, or with
+// auto-K what spec.TreeBudget allows for the measured costs when that is
+// more than a chain could use (DefaultMaxK: on a slow route), else 0 (a
+// chain round, whose K the tuner picks).
+func treeBudget(so SpecOptions, tuner *spec.Tuner) int {
+	if so.Tree != 0 || tuner == nil {
+		return max(so.Tree, 0)
+	}
+	c, measured := tuner.Costs()
+	if b := spec.TreeBudget(c, 0, 0); measured && b > spec.DefaultMaxK {
+		return b
+	}
+	return 0
+}
+
 // treeRound drafts a tree, verifies all of it in one traversal, and emits
 // the longest path the target agrees with and the target's token after
 // it. The step starts at *cached, the end of what the backend holds as a
@@ -250,7 +279,7 @@ func specRound(ctx context.Context, b Backend, d spec.Drafter, o Options, so Spe
 // tree hangs from. Every row draws with the number of the generated token
 // it chooses, as in Run, so sampled output with point-mass drafts is Run's
 // too.
-func treeRound(ctx context.Context, b Backend, td spec.TreeDrafter, o Options, so SpecOptions, tuner *spec.Tuner,
+func treeRound(ctx context.Context, b Backend, td spec.TreeDrafter, o Options, so SpecOptions, tuner *spec.Tuner, budget int,
 	res *Result, seq []int, cached *int, uniforms func(from, n int) []float64, now func() time.Time,
 	emit func(int) (bool, error)) (bool, error) {
 	g := len(res.IDs) // index of the next generated token
@@ -259,11 +288,6 @@ func treeRound(ctx context.Context, b Backend, td spec.TreeDrafter, o Options, s
 	depth := so.MaxK
 	if depth <= 0 {
 		depth = spec.DefaultMaxK
-	}
-	budget := so.Tree
-	if budget <= 0 {
-		c, _ := tuner.Costs()
-		budget = spec.TreeBudget(c, tuner.K(), 0)
 	}
 	// Never verify past the last token wanted or the context: a node at
 	// depth d is generated token g+d, in slot L-1+index.

@@ -352,3 +352,63 @@ func TestSpeculativeTree(t *testing.T) {
 		}
 	}
 }
+
+// clocked is a toy whose steps take time on an injected clock: a route
+// whose round trips come and go (slow while slow() says so).
+type clocked struct {
+	*toy
+	now  time.Time
+	slow func(step int) bool
+}
+
+func (c *clocked) Step(ctx context.Context, s Step) (StepResult, error) {
+	if c.slow(len(c.steps)) {
+		c.now = c.now.Add(300*time.Millisecond + time.Duration(len(s.IDs))*time.Millisecond)
+	} else {
+		c.now = c.now.Add(time.Duration(len(s.IDs)) * 100 * time.Microsecond)
+	}
+	return c.toy.Step(ctx, s)
+}
+
+// TestSpeculativeTreeAndChain: with auto-K, rounds draft trees while the
+// route is slow and chains while it is fast; a chain round right after a
+// tree that left its leading chain must not reuse the tree's slots, and
+// the output stays Run's.
+func TestSpeculativeTreeAndChain(t *testing.T) {
+	prompt := []int{1, 5, 9, 5, 9, 5}
+	o := Options{MaxTokens: 200, EOS: -1}
+	ref, err := Run(context.Background(), &toy{vocab: 64, counted: true}, prompt, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := spec.NewHistory(0)
+	answer := append(slices.Clone(prompt), ref.IDs...)
+	wrong := slices.Clone(answer)
+	for i := len(prompt) + 3; i < len(wrong); i += 7 {
+		wrong[i] = (wrong[i] + 1) % 64
+	}
+	for _, seq := range [][]int{answer, wrong, answer, wrong, wrong} {
+		h.Add(seq)
+	}
+	b := &clocked{toy: &toy{vocab: 64, counted: true}, slow: func(step int) bool { return step/12%2 == 0 }}
+	o.Now = func() time.Time { return b.now }
+	res, err := RunSpeculative(context.Background(), b, spec.NGram{History: h}, prompt, o, SpecOptions{MaxK: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.IDs, ref.IDs) {
+		t.Fatalf("%v\nRun %v", res.IDs, ref.IDs)
+	}
+	trees, chains := 0, 0
+	for _, st := range b.steps[1:] {
+		if st.Tree != nil {
+			trees++
+		} else if len(st.IDs) > 1 {
+			chains++
+		}
+	}
+	if trees == 0 || chains == 0 || res.Refed == 0 {
+		t.Fatalf("%d tree steps, %d chain steps, %d tokens fed again", trees, chains, res.Refed)
+	}
+	t.Logf("%d traversals: %d trees, %d chains; %d fed again", res.Traversals, trees, chains, res.Refed)
+}
