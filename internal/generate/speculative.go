@@ -145,20 +145,7 @@ func RunSpeculative(ctx context.Context, b Backend, d spec.Drafter, prompt []int
 	trees = trees && (so.Tree > 0 || so.Tree == 0 && tuner != nil) && canTree(b)
 	cached := len(prompt) // positions the backend holds as a sequence
 	for !done && err == nil {
-		budget := 0
-		if trees {
-			budget = treeBudget(so, tuner)
-		}
-		if behind := cached < len(seq)-1; budget > 0 || behind {
-			// A chain round needs the caches to hold all but the last
-			// token; after a tree left its leading chain they do not, and
-			// a tree round (of a chain's size at least) feeds the trunk.
-			if behind && budget == 0 {
-				budget = so.K
-				if tuner != nil {
-					budget = tuner.K()
-				}
-			}
+		if budget := nextTree(trees, so, tuner, cached < len(seq)-1); budget > 0 {
 			done, err = treeRound(ctx, b, td, o, so, tuner, budget, &res, seq, &cached, uniforms, now, emit)
 		} else {
 			done, err = specRound(ctx, b, d, o, so, tuner, smp, &res, seq, uniforms, accept.Float64, now, emit)
@@ -254,6 +241,24 @@ func specRound(ctx context.Context, b Backend, d spec.Drafter, o Options, so Spe
 		}
 	}
 	return false, nil
+}
+
+// nextTree returns the nodes of the next round's tree, or 0 for a chain
+// round. A chain round needs the caches to hold all but the last token;
+// after a tree left its leading chain (behind) they do not, and a tree
+// round, of a chain's size at least, feeds the trunk.
+func nextTree(trees bool, so SpecOptions, tuner *spec.Tuner, behind bool) int {
+	if !trees {
+		return 0
+	}
+	b := treeBudget(so, tuner)
+	if behind && b == 0 {
+		b = so.K
+		if tuner != nil {
+			b = tuner.K()
+		}
+	}
+	return b
 }
 
 // treeBudget returns the nodes of the next round's tree: so.Tree, or with

@@ -412,3 +412,32 @@ func TestSpeculativeTreeAndChain(t *testing.T) {
 	}
 	t.Logf("%d traversals: %d trees, %d chains; %d fed again", res.Traversals, trees, chains, res.Refed)
 }
+
+func TestNextTree(t *testing.T) {
+	fast := spec.NewTuner(spec.Costs{}, 0, 0)
+	fast.ObserveStep(1, time.Millisecond)
+	fast.ObserveStep(5, 2*time.Millisecond)
+	slow := spec.NewTuner(spec.Costs{}, 0, 0)
+	slow.ObserveStep(1, 300*time.Millisecond)
+	slow.ObserveStep(9, 304*time.Millisecond)
+	for _, tt := range []struct {
+		name   string
+		trees  bool
+		so     SpecOptions
+		tuner  *spec.Tuner
+		behind bool
+		want   func(int) bool
+	}{
+		{"no trees", false, SpecOptions{}, slow, false, func(b int) bool { return b == 0 }},
+		{"fast route: chains", true, SpecOptions{}, fast, false, func(b int) bool { return b == 0 }},
+		{"slow route: a tree", true, SpecOptions{}, slow, false, func(b int) bool { return b > spec.DefaultMaxK }},
+		{"fast route, behind: a tree", true, SpecOptions{}, fast, true, func(b int) bool { return b >= 1 }},
+		{"fixed K, behind", true, SpecOptions{K: 3}, nil, true, func(b int) bool { return b == 3 }},
+		{"fixed K: chains", true, SpecOptions{K: 3}, nil, false, func(b int) bool { return b == 0 }},
+		{"fixed tree", true, SpecOptions{K: 3, Tree: 20}, nil, false, func(b int) bool { return b == 20 }},
+	} {
+		if got := nextTree(tt.trees, tt.so, tt.tuner, tt.behind); !tt.want(got) {
+			t.Errorf("%s: %d nodes", tt.name, got)
+		}
+	}
+}
