@@ -1,7 +1,7 @@
 package spec
 
 import (
-	"cmp"
+	"container/heap"
 	"slices"
 )
 
@@ -37,15 +37,18 @@ type TreeDrafter interface {
 	DraftTree(seq []int, depth, budget int) Tree
 }
 
-// DraftTree implements TreeDrafter. It gathers the continuations of every
-// earlier occurrence of the sequence's suffix, for suffixes of MinN to
-// MaxN tokens, in the context and in the History, and merges them into a
-// trie. An occurrence weighs 2^n for a suffix of n tokens (twice that in
-// the context: the text at hand predicts itself better than other text),
-// and a node weighs the sum over the continuations through it, an
-// estimate of how likely its path is. The tree is the budget heaviest
-// nodes, which is a tree because a node never weighs more than its
-// parent.
+// DraftTree implements TreeDrafter, best first: it estimates the next
+// token's distribution after the sequence, puts the likeliest candidates
+// in a queue by path probability, and repeatedly takes the likeliest
+// candidate as a node and queues its own continuations, estimated after
+// the sequence and the node's path, until the budget is spent. The
+// distribution after a context counts every earlier occurrence of its
+// suffixes of MinN to MaxN tokens (the newest treeScan in the History),
+// an occurrence of n tokens weighing 2^n, twice that in the context
+// itself: the text at hand predicts itself better than other text. Each
+// node's estimate so conditions on its whole path, which a trie of the
+// root's matches would not (a path soon outruns the few matches that
+// share it).
 func (g NGram) DraftTree(seq []int, depth, budget int) Tree {
 	maxN, minN := g.MaxN, max(g.MinN, 1)
 	if maxN <= 0 {
@@ -54,117 +57,128 @@ func (g NGram) DraftTree(seq []int, depth, budget int) Tree {
 			maxN = 6
 		}
 	}
-	L := len(seq)
-	if depth <= 0 || budget <= 0 || L < 1 {
+	if depth <= 0 || budget <= 0 || len(seq) < 1 {
 		return Tree{}
 	}
-	tr := newTrie()
+	if g.History != nil {
+		g.History.mu.RLock()
+		defer g.History.mu.RUnlock()
+	}
+	type node struct{ tok, parent, depth int }
+	var nodes []node
+	dist := map[int]float64{}
+	ctx := slices.Clone(seq)
+	q := &candQueue{}
+	expand := func(parent int, p float64) {
+		ctx = ctx[:len(seq)]
+		at := len(ctx)
+		for a := parent; a >= 0; a = nodes[a].parent {
+			ctx = append(ctx, nodes[a].tok)
+		}
+		slices.Reverse(ctx[at:])
+		total := g.nextCounts(ctx, maxN, minN, dist)
+		for t, w := range dist {
+			heap.Push(q, cand{p * w / total, parent, t})
+		}
+	}
+	expand(-1, 1)
+	for len(nodes) < budget && q.Len() > 0 {
+		c := heap.Pop(q).(cand)
+		d := 1
+		if c.parent >= 0 {
+			d = nodes[c.parent].depth + 1
+		}
+		nodes = append(nodes, node{c.tok, c.parent, d})
+		if d < depth {
+			expand(len(nodes)-1, c.p)
+		}
+	}
+	// Depth first, the likelier sibling first: siblings were taken in
+	// the order of their probability.
+	kids := make([][]int, len(nodes)+1)
+	for i, n := range nodes {
+		kids[n.parent+1] = append(kids[n.parent+1], i)
+	}
+	var out Tree
+	var visit func(n, at int)
+	visit = func(n, at int) {
+		for _, k := range kids[n+1] {
+			out.Tokens = append(out.Tokens, nodes[k].tok)
+			out.Parent = append(out.Parent, at)
+			visit(k, len(out.Tokens)-1)
+		}
+	}
+	visit(-1, -1)
+	return out
+}
+
+// treeScan bounds the History occurrences one estimate counts: the
+// newest ones (a tree makes up to a budget of estimates per traversal).
+const treeScan = 256
+
+// nextCounts sets into to the weighted counts of the tokens that followed
+// earlier occurrences of ctx's suffixes, and returns their sum (0: none).
+// Called with the History (if any) locked for reading.
+func (g NGram) nextCounts(ctx []int, maxN, minN int, into map[int]float64) float64 {
+	clear(into)
+	L := len(ctx)
+	total := 0.0
 	lo := 0
 	if g.Window > 0 && L > g.Window {
 		lo = L - g.Window
 	}
-	c := make([]int32, depth)
 	for n := min(maxN, L-1); n >= minN; n-- {
-		pat := seq[L-n:]
+		pat := ctx[L-n:]
 		for j := L - n - 1; j >= lo; j-- {
-			if !equal(seq[j:j+n], pat) {
-				continue
+			if equal(ctx[j:j+n], pat) {
+				w := float64(uint64(2) << n)
+				into[ctx[j+n]] += w
+				total += w
 			}
-			at := j + n
-			for i := range c {
-				if at+i < L {
-					c[i] = int32(seq[at+i])
-				} else {
-					c[i] = c[at+i-L] // copied into itself, as Candidates does
-				}
-			}
-			tr.add(c, float64(uint64(2)<<n))
 		}
 	}
 	if h := g.History; h != nil {
-		h.mu.RLock()
-		h.matches(seq, maxN, func(at, n int) {
-			if n < minN {
+		seen := 0
+		h.matches(ctx, maxN, func(at, n int) {
+			if n < minN || seen >= treeScan || at >= len(h.toks) || h.toks[at] == histSep {
 				return
 			}
-			end := at
-			for end < len(h.toks) && end-at < depth && h.toks[end] != histSep {
-				end++
-			}
-			tr.add(h.toks[at:end], float64(uint64(1)<<n))
+			seen++
+			w := float64(uint64(1) << n)
+			into[int(h.toks[at])] += w
+			total += w
 		})
-		h.mu.RUnlock()
 	}
-	return tr.top(budget)
+	return total
 }
 
-// trie merges continuations; node 0 is the root.
-type trie struct {
-	tok    []int32
-	parent []int
-	w      []float64
-	kids   []map[int32]int
+// cand is a queued candidate node: its path's estimated probability.
+type cand struct {
+	p      float64
+	parent int // a node's index, or -1: the sequence's last token
+	tok    int
 }
 
-func newTrie() *trie {
-	return &trie{tok: []int32{-1}, parent: []int{-1}, w: []float64{0}, kids: []map[int32]int{nil}}
-}
+// candQueue is a max-heap of candidates by probability (container/heap).
+type candQueue []cand
 
-func (t *trie) add(cont []int32, w float64) {
-	cur := 0
-	for _, x := range cont {
-		nx, ok := t.kids[cur][x]
-		if !ok {
-			nx = len(t.tok)
-			t.tok = append(t.tok, x)
-			t.parent = append(t.parent, cur)
-			t.w = append(t.w, 0)
-			t.kids = append(t.kids, nil)
-			if t.kids[cur] == nil {
-				t.kids[cur] = map[int32]int{}
-			}
-			t.kids[cur][x] = nx
-		}
-		t.w[nx] += w
-		cur = nx
+func (q candQueue) Len() int { return len(q) }
+func (q candQueue) Less(i, j int) bool {
+	if q[i].p != q[j].p {
+		return q[i].p > q[j].p
 	}
+	if q[i].tok != q[j].tok {
+		return q[i].tok < q[j].tok // deterministic whatever the map's order
+	}
+	return q[i].parent < q[j].parent
 }
-
-// top returns the budget heaviest nodes (ties: the earlier made) in
-// depth-first order, heavier children first.
-func (t *trie) top(budget int) Tree {
-	idx := make([]int, 0, len(t.tok)-1)
-	for i := 1; i < len(t.tok); i++ {
-		idx = append(idx, i)
-	}
-	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(t.w[b], t.w[a]) })
-	keep := make(map[int]bool, budget)
-	for _, i := range idx[:min(budget, len(idx))] {
-		keep[i] = true
-	}
-	var out Tree
-	var visit func(n, parent int)
-	visit = func(n, parent int) {
-		var kids []int
-		for _, k := range t.kids[n] {
-			if keep[k] {
-				kids = append(kids, k)
-			}
-		}
-		slices.SortFunc(kids, func(a, b int) int {
-			if c := cmp.Compare(t.w[b], t.w[a]); c != 0 {
-				return c
-			}
-			return cmp.Compare(a, b)
-		})
-		for _, k := range kids {
-			out.Tokens = append(out.Tokens, int(t.tok[k]))
-			out.Parent = append(out.Parent, parent)
-			visit(k, len(out.Tokens)-1)
-		}
-	}
-	visit(0, -1)
-	return out
+func (q candQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *candQueue) Push(x any)   { *q = append(*q, x.(cand)) }
+func (q *candQueue) Pop() any {
+	old := *q
+	x := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return x
 }
 
 // DefaultMaxTree bounds the nodes of a draft tree chosen automatically.
@@ -178,7 +192,7 @@ const treeShare = 8
 
 // TreeBudget returns how many draft nodes a traversal should verify: as
 // many as cost at most 1/8 of the traversal's fixed time (its round trips,
-// on a WAN), and never fewer than the chain k the tuner would draft, nor
+// on a WAN), and never fewer than k (the chain the tuner would draft), nor
 // more than maxTree (0: DefaultMaxTree).
 func TreeBudget(c Costs, k, maxTree int) int {
 	if maxTree <= 0 {

@@ -13,9 +13,10 @@ func TestDraftTree(t *testing.T) {
 	h.Add([]int{7, 1, 2, 3, 4, 6})
 	seq := []int{1, 2, 3}
 	tr := NGram{History: h}.DraftTree(seq, 4, 16)
-	// Continuations after "1 2 3": 4 5, 9 9, 4 6. The heavier 4 leads;
-	// 5 and 6 weigh the same, and the newer comes first.
-	want := Tree{Tokens: []int{4, 6, 5, 9, 9}, Parent: []int{-1, 0, 0, -1, 3}}
+	// Continuations after "1 2 3": 4 5, 9 9, 4 6. The likelier 4 leads;
+	// 5 and 6 are as likely, the lower id first. After "9" comes 9 in
+	// the history, so that branch runs on to the depth.
+	want := Tree{Tokens: []int{4, 5, 6, 9, 9, 9, 9}, Parent: []int{-1, 0, 0, -1, 3, 4, 5}}
 	if !slices.Equal(tr.Tokens, want.Tokens) || !slices.Equal(tr.Parent, want.Parent) {
 		t.Fatalf("tree %+v, want %+v", tr, want)
 	}
@@ -24,7 +25,7 @@ func TestDraftTree(t *testing.T) {
 	}
 	// A budget keeps the heaviest nodes, and they are still a tree.
 	small := NGram{History: h}.DraftTree(seq, 4, 2)
-	if !slices.Equal(small.Tokens, []int{4, 6}) || !small.Chain() {
+	if !slices.Equal(small.Tokens, []int{4, 5}) || !small.Chain() {
 		t.Fatalf("budget 2: %+v", small)
 	}
 	// From the context alone, the copy runs into itself as Candidates' does.
