@@ -29,10 +29,12 @@ func TestHistoryPrompts(t *testing.T) {
 // stories for other prompts (the history, as table c builds it), then
 // replays the measured prompts' greedy stories, counting the traversals
 // a round needs with drafts from the context alone (stories=0) and from
-// the context and the first n history stories. At a latency-bound hop,
-// tokens per traversal is a single user's speed-up. "first" is table
-// c's prompt alone. Run it with -benchtime 1x: the stories are generated
-// once, which takes minutes on one core.
+// the context and the first n history stories, as chains and as trees.
+// At a latency-bound hop, tokens per traversal is a single user's
+// speed-up (less the compute a tree's nodes add). "first" is table c's
+// prompt alone, and "first64" its first 64 tokens, table c's length.
+// Run it with -benchtime 1x: the stories are generated once, which takes
+// minutes on one core.
 func BenchmarkNGramHistory(b *testing.B) {
 	model, _ := testmodel.Stories15M(b)
 	c := Config{ModelPath: model, Repeats: 1, Tokens: 2}
@@ -54,7 +56,7 @@ func BenchmarkNGramHistory(b *testing.B) {
 		}
 		seqs, starts = append(seqs, seq), append(starts, start)
 	}
-	sizes := []int{0, 100, 200, 400}
+	sizes := []int{0, 100, 200, 400, 800}
 	var hist [][]int
 	for _, p := range historyPrompts(sizes[len(sizes)-1], c.Prompt) {
 		if slices.Contains(measured, p) {
@@ -74,21 +76,38 @@ func BenchmarkNGramHistory(b *testing.B) {
 				g.History.Add(seq)
 			}
 		}
-		for _, k := range []int{8, 16} {
-			b.Run(fmt.Sprintf("stories=%d/K=%d", n, k), func(b *testing.B) {
-				var tokens, travs, first, firstTravs int
+		// Chains of K drafts (Lookup), and trees of B nodes (DraftTree,
+		// depth 16) as a route verifies them: the longest path agreeing
+		// with the greedy story, and the token after it.
+		type variant struct {
+			name string
+			k, b int
+		}
+		for _, v := range []variant{{"K=8", 8, 0}, {"K=16", 16, 0}, {"tree=32", 16, 32}, {"tree=64", 16, 64}} {
+			if v.b > 0 && n < 400 {
+				continue
+			}
+			b.Run(fmt.Sprintf("stories=%d/%s", n, v.name), func(b *testing.B) {
+				var tokens, travs, first, firstTravs, first64, travs64 int
 				for range b.N {
 					tokens, travs = 0, 0
 					for i, seq := range seqs {
 						pos, t := starts[i]+1, 1 // the prompt's traversal gives one token
 						for pos < len(seq) {
-							d := g.Lookup(seq[:pos], k)
 							a := 0
-							for a < len(d) && pos+a < len(seq) && d[a] == seq[pos+a] {
-								a++
+							if v.b == 0 {
+								d := g.Lookup(seq[:pos], v.k)
+								for a < len(d) && pos+a < len(seq) && d[a] == seq[pos+a] {
+									a++
+								}
+							} else {
+								a = treeAccepts(g.DraftTree(seq[:pos], v.k, v.b), seq[pos:])
 							}
 							pos += a + 1
 							t++
+							if i == 0 && pos-starts[i] <= 64 {
+								first64, travs64 = pos-starts[i], t
+							}
 						}
 						if i == 0 {
 							first, firstTravs = len(seq)-starts[i], t
@@ -98,7 +117,28 @@ func BenchmarkNGramHistory(b *testing.B) {
 				}
 				b.ReportMetric(float64(tokens)/float64(travs), "tokens/traversal")
 				b.ReportMetric(float64(first)/float64(firstTravs), "first-tokens/traversal")
+				b.ReportMetric(float64(first64)/float64(travs64), "first64-tokens/traversal")
 			})
 		}
 	}
+}
+
+// treeAccepts returns the length of the longest path of tr that want
+// begins with.
+func treeAccepts(tr spec.Tree, want []int) int {
+	a, cur := 0, -1
+	for a < len(want) {
+		next := -1
+		for j, p := range tr.Parent {
+			if p == cur && tr.Tokens[j] == want[a] {
+				next = j
+				break
+			}
+		}
+		if next < 0 {
+			break
+		}
+		cur, a = next, a+1
+	}
+	return a
 }
