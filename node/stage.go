@@ -172,6 +172,9 @@ type Stats struct {
 	WindowMicros   float64
 	Errors         int64
 	SessionsOpened int64
+	// Walks counts the forwards answered along their walk (wire.Walk),
+	// and WalkRows the head rows those computed, of WalkOf in all.
+	Walks, WalkRows, WalkOf int64
 }
 
 // job is one Forward waiting for the executor.
@@ -180,6 +183,8 @@ type job struct {
 	f    *wire.Forward
 	at   time.Time
 	ntok int
+
+	walked []uint32 // the walk's output ids (NoID off the walk), when it walked
 }
 
 // session is one sequence's state on this stage.
@@ -471,7 +476,11 @@ func (st *Stage) refund(sess *session) {
 // payloadBytes is what a queued forward holds beyond its fixed fields: no
 // more than its frame's length.
 func payloadBytes(f *wire.Forward) int {
-	return len(f.Data) + 8*len(f.Partial) + 8*len(f.Uniform) + 9*len(f.Trace) + 4*len(f.Tree)
+	n := len(f.Data) + 8*len(f.Partial) + 8*len(f.Uniform) + 9*len(f.Trace) + 4*len(f.Tree)
+	if f.Walk != nil {
+		n += 4 * len(f.Walk.IDs)
+	}
+	return n
 }
 
 // readError classifies a failed frame read for the wire.
@@ -897,6 +906,9 @@ func (st *Stage) runBatch(batch []*job) time.Duration {
 		if j.f.All {
 			step.Want = ovrt.WantAll
 		}
+		if st.walks(j) {
+			step.Want = ovrt.WantDeferred
+		}
 		switch j.f.Kind {
 		case wire.KindTokens:
 			step.Tokens = j.f.Tokens()
@@ -914,6 +926,19 @@ func (st *Stage) runBatch(batch []*job) time.Duration {
 	}
 	t0 := time.Now()
 	res := st.model.Forward(steps)
+	var walks, walkRows, walkOf int64
+	for i, j := range live {
+		if res[i].Err == nil && steps[i].Want == ovrt.WantDeferred {
+			j.walked, res[i].Err = st.walk(j)
+			walks++
+			walkOf += int64(len(j.walked))
+			for _, id := range j.walked {
+				if id != wire.NoID {
+					walkRows++
+				}
+			}
+		}
+	}
 	compute := time.Since(t0)
 	ntok := 0
 	for i, j := range live {
@@ -936,6 +961,9 @@ func (st *Stage) runBatch(batch []*job) time.Duration {
 			st.stats.DecodeMicros += 0.1 * (us - st.stats.DecodeMicros)
 		}
 	}
+	st.stats.Walks += walks
+	st.stats.WalkRows += walkRows
+	st.stats.WalkOf += walkOf
 	st.stats.Forwards += int64(len(live))
 	st.stats.Tokens += int64(ntok)
 	if len(live) > 0 {
@@ -978,7 +1006,7 @@ func (st *Stage) emit(j *job, r ovrt.Result, t wire.Timing) error {
 	}
 	if !st.last {
 		next := &wire.Forward{Session: f.Session, Seq: f.Seq, Pos: f.Pos, NTok: f.NTok, All: f.All,
-			Uniform: f.Uniform, Trace: trace, Tree: f.Tree}
+			Uniform: f.Uniform, Trace: trace, Tree: f.Tree, Walk: f.Walk}
 		if o.DType == wire.F16 {
 			next.Kind = wire.KindHiddenF16
 			next.Data = make([]byte, 2*len(r.Hidden))
@@ -1022,6 +1050,10 @@ func (st *Stage) emit(j *job, r ovrt.Result, t wire.Timing) error {
 	res := &wire.Result{Session: f.Session, Seq: f.Seq, Pos: f.Pos, Rows: uint32(rows), Trace: trace}
 	width := st.hi - st.lo
 	c := st.model.Config()
+	if j.walked != nil {
+		res.Kind, res.IDs = wire.ResultIDs, j.walked
+		return j.s.down.send(res)
+	}
 	switch o.Output {
 	case wire.OutArgmax, wire.OutTopK:
 		k := 1
@@ -1061,6 +1093,43 @@ func (st *Stage) emit(j *job, r ovrt.Result, t wire.Timing) error {
 		res.Logits = slices.Clone(r.Logits)
 	}
 	return j.s.down.send(res)
+}
+
+// walks reports whether the job's output rows are computed along its
+// walk only (wire.Walk): on the last hop, holding the whole head, when
+// the client wants ids (argmax or sampled), not logits or top-k.
+func (st *Stage) walks(j *job) bool {
+	o := j.s.open.Output
+	return j.f.Walk != nil && st.last && st.lo == 0 && st.hi == st.model.Config().Vocab && j.f.PartialK == 0 &&
+		(o == wire.OutArgmax || o == wire.OutSample) && st.opts.Tamper == nil
+}
+
+// walk computes the head's rows along the job's walk, after its deferred
+// forward, and returns each row's id, wire.NoID off the walk. A row's id
+// is what emit would have sent for it.
+func (st *Stage) walk(j *job) ([]uint32, error) {
+	f := j.f
+	ids := make([]int32, len(f.Walk.IDs))
+	for i, id := range f.Walk.IDs {
+		ids[i] = int32(min(id, math.MaxInt32))
+	}
+	next, err := j.s.req.WalkHead(ids, f.Tree, int(f.Walk.From), func(row int, logits []float32) (int, error) {
+		if j.s.open.Output == wire.OutSample {
+			return sample.DrawWith(j.s.smp.Dist(logits), f.Uniform[row]), nil
+		}
+		return int(topCands(logits, 0, 1)[0].ID), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]uint32, len(next))
+	for i, id := range next {
+		out[i] = wire.NoID
+		if id >= 0 {
+			out[i] = uint32(id)
+		}
+	}
+	return out, nil
 }
 
 // tamper applies StageOptions.Tamper to every output row of r (tests).

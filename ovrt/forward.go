@@ -17,6 +17,10 @@ const (
 	WantLast Want = iota // logits of the step's last position
 	WantAll              // logits of every position (verifying drafts, --logits-out)
 	WantNone             // no logits: only advance the cache (replay)
+	// WantDeferred computes no logits yet but keeps every position's
+	// final hidden state, so that Request.Logits computes the rows the
+	// caller turns out to need (Walk: the accepted path of a draft tree).
+	WantDeferred
 )
 
 // Step is one request's share of a Forward call: n tokens at positions
@@ -114,7 +118,7 @@ func (m *Model) check(s *Step, seen map[*Request]bool) (n int, err error) {
 	if s.Pos+n > c.Context {
 		return 0, fmt.Errorf("%w: positions %d..%d, context %d", ErrContextFull, s.Pos, s.Pos+n-1, c.Context)
 	}
-	if s.Want > WantNone {
+	if s.Want > WantDeferred {
 		return 0, fmt.Errorf("%w: want %d", ErrBadInput, s.Want)
 	}
 	if s.Tree != nil {
@@ -227,6 +231,7 @@ func (m *Model) Forward(steps []Step) []Result {
 		x := sc.x[off*c.Dim : (off+n)*c.Dim]
 		off += n
 		r.n = s.Pos + n
+		r.deferred = r.deferred[:0]
 		if !m.w.IsLast() {
 			r.hidden = grow(r.hidden, n*c.Dim)
 			copy(r.hidden, x)
@@ -237,6 +242,12 @@ func (m *Model) Forward(steps []Step) []Result {
 		}
 		switch s.Want {
 		case WantNone:
+			continue
+		case WantDeferred:
+			r.deferred = grow(r.deferred, n*c.Dim)
+			for t := 0; t < n; t++ {
+				rmsnorm(r.deferred[t*c.Dim:(t+1)*c.Dim], x[t*c.Dim:(t+1)*c.Dim], m.w.FinalNorm, c.NormEps)
+			}
 			continue
 		case WantLast:
 			x = x[(n-1)*c.Dim:]

@@ -16,8 +16,10 @@ type Request struct {
 	// head are one matrix-vector product over its keys.
 	k, v [][]float32
 
-	out    []float32 // logits buffer reused across forwards
-	hidden []float32 // hidden-state buffer reused across forwards
+	out      []float32 // logits buffer reused across forwards
+	hidden   []float32 // hidden-state buffer reused across forwards
+	deferred []float32 // final-normed rows of the last forward, when it deferred its logits
+	rows     []float32 // Logits' input rows
 }
 
 // NewRequest returns an empty request for m. Its cache grows as positions

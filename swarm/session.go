@@ -338,6 +338,12 @@ func (s *Session) Step(ctx context.Context, st generate.Step) (generate.StepResu
 	if s.output == wire.OutSample {
 		f.Uniform = st.Uniform
 	}
+	if st.Walk && st.All && (s.output == wire.OutArgmax || s.output == wire.OutSample) {
+		f.Walk = &wire.Walk{From: uint32(st.From), IDs: make([]uint32, len(st.IDs))}
+		for i, id := range st.IDs {
+			f.Walk.IDs[i] = uint32(id)
+		}
+	}
 	if err := s.write(f); err != nil {
 		return generate.StepResult{}, fmt.Errorf("%w: send to hop 0: %w", ErrSession, err)
 	}
@@ -375,7 +381,14 @@ func (s *Session) decode(m *wire.Result, st generate.Step) (generate.StepResult,
 	switch m.Kind {
 	case wire.ResultIDs:
 		for _, id := range m.IDs {
-			out.Next = append(out.Next, int(id))
+			switch {
+			case id == wire.NoID && st.Walk:
+				out.Next = append(out.Next, -1) // off the walk
+			case s.vocab > 0 && id >= uint32(s.vocab):
+				return out, fmt.Errorf("%w: token %d in a result, vocabulary %d", ErrSession, id, s.vocab)
+			default:
+				out.Next = append(out.Next, int(id))
+			}
 		}
 	case wire.ResultLogits:
 		rows := int(m.Rows)

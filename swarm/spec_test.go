@@ -10,8 +10,10 @@ import (
 
 	"github.com/pipeshard/pipeshard/internal/generate"
 	"github.com/pipeshard/pipeshard/internal/spec"
+	"github.com/pipeshard/pipeshard/node"
 	"github.com/pipeshard/pipeshard/ovrt"
 	"github.com/pipeshard/pipeshard/ovrt/sample"
+	"github.com/pipeshard/pipeshard/shards"
 	"github.com/pipeshard/pipeshard/swarm"
 )
 
@@ -26,6 +28,7 @@ import (
 func TestSpeculativeOverRoute(t *testing.T) {
 	f := getFixture(t)
 	nodes := startNodes(t, f, f.layouts[2])
+	headLast := startNodes(t, f, f.headLast)
 	c, err := swarm.New(context.Background(), swarm.Config{Home: t.TempDir(), Bootstrap: nodes[0].Addrs(), Listen: []string{"/ip4/127.0.0.1/tcp/0"}})
 	if err != nil {
 		t.Fatal(err)
@@ -83,30 +86,51 @@ func TestSpeculativeOverRoute(t *testing.T) {
 			}
 		}
 		// Draft trees: a history of near-copies of the answer makes them
-		// branch, and some accepted paths leave the leading chain.
-		t.Run(fmt.Sprintf("temp=%v/ngram-history-tree", p.Temp), func(t *testing.T) {
-			h := spec.NewHistory(0)
-			for _, every := range []int{4, 3, 0} {
-				seq := append(slices.Clone(prompt), want...)
-				for i := len(prompt) + 2; every > 0 && i < len(seq); i += every {
-					seq[i] = (seq[i] + 1) % 32000
+		// branch, and some accepted paths leave the leading chain. A last
+		// hop with the whole head computes it along each tree's walk only;
+		// one with part of it computes every row, as before walks.
+		for _, tc := range []struct {
+			name   string
+			layout shards.Layout
+			nodes  []*node.Node
+			walks  bool
+		}{{"head split", f.layouts[2], nodes, false}, {"head last", f.headLast, headLast, true}} {
+			t.Run(fmt.Sprintf("temp=%v/ngram-history-tree/%s", p.Temp, tc.name), func(t *testing.T) {
+				h := spec.NewHistory(0)
+				for _, every := range []int{4, 3, 0} {
+					seq := append(slices.Clone(prompt), want...)
+					for i := len(prompt) + 2; every > 0 && i < len(seq); i += every {
+						seq[i] = (seq[i] + 1) % 32000
+					}
+					h.Add(seq)
 				}
-				h.Add(seq)
-			}
-			s := open(t, p, false, routeOf(f.layouts[2], nodes))
-			r, err := generate.RunSpeculative(context.Background(), s, spec.NGram{History: h}, prompt,
-				generate.Options{MaxTokens: n, IgnoreEOS: true, Seed: p.Seed, Context: 256}, generate.SpecOptions{Tree: 16, Sampling: p})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(r.IDs, want) {
-				t.Fatalf("speculative through the route\n%v\nlocal\n%v", r.IDs, want)
-			}
-			if r.Refed == 0 {
-				t.Fatal("no accepted path left a tree's leading chain")
-			}
-			t.Logf("%d tokens in %d traversals, %d of %d drafts accepted, %d fed again", len(r.IDs), r.Traversals, r.Accepted, r.Drafted, r.Refed)
-		})
+				route := routeOf(tc.layout, tc.nodes)
+				s := open(t, p, false, route)
+				lastNode := tc.nodes[len(tc.nodes)-1].Stage
+				before := lastNode.Snapshot()
+				r, err := generate.RunSpeculative(context.Background(), s, spec.NGram{History: h}, prompt,
+					generate.Options{MaxTokens: n, IgnoreEOS: true, Seed: p.Seed, Context: 256}, generate.SpecOptions{Tree: 16, Sampling: p})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(r.IDs, want) {
+					t.Fatalf("speculative through the route\n%v\nlocal\n%v", r.IDs, want)
+				}
+				if r.Refed == 0 {
+					t.Fatal("no accepted path left a tree's leading chain")
+				}
+				after := lastNode.Snapshot()
+				walks, rows, of := after.Walks-before.Walks, after.WalkRows-before.WalkRows, after.WalkOf-before.WalkOf
+				switch {
+				case tc.walks && (walks == 0 || rows >= of):
+					t.Fatalf("the last hop walked %d forwards, computing %d head rows of %d", walks, rows, of)
+				case !tc.walks && walks != 0:
+					t.Fatalf("a last hop with part of the head walked %d forwards", walks)
+				}
+				t.Logf("%d tokens in %d traversals, %d of %d drafts accepted, %d fed again; the last hop walked %d forwards, computing %d head rows of %d",
+					len(r.IDs), r.Traversals, r.Accepted, r.Drafted, r.Refed, walks, rows, of)
+			})
+		}
 	}
 	t.Run("sampled draft distributions over logits", func(t *testing.T) {
 		p := sample.Params{Temp: 1, TopK: 8, Seed: 4}

@@ -32,6 +32,9 @@ type fixture struct {
 	mc       cid.Cid
 	whole    *ovrt.Model
 	layouts  map[int]shards.Layout // by stage count
+	// headLast is 2 stages with the whole head on the second (the
+	// balanced cuts split it).
+	headLast shards.Layout
 }
 
 var (
@@ -55,12 +58,13 @@ func buildFixture(model, tok string) (*fixture, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := teststore.Build(context.Background(), dir, model, tok, teststore.Cut{Balanced: 2}, teststore.Cut{Balanced: 3})
+	st, err := teststore.Build(context.Background(), dir, model, tok, teststore.Cut{Balanced: 2}, teststore.Cut{Balanced: 3},
+		teststore.Cut{Ranges: []shards.Stage{{Start: 0, End: 3}, {Start: 3, End: 6}}})
 	if err != nil {
 		return nil, err
 	}
 	f := &fixture{dir: dir, store: st.Store, manifest: st.Manifest, mc: st.MC,
-		layouts: map[int]shards.Layout{1: st.Whole, 2: st.Cuts[0], 3: st.Cuts[1]}}
+		layouts: map[int]shards.Layout{1: st.Whole, 2: st.Cuts[0], 3: st.Cuts[1]}, headLast: st.Cuts[2]}
 	if f.whole, err = ovrt.Compile(st.Weights); err != nil {
 		return nil, err
 	}

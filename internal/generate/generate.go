@@ -14,6 +14,10 @@ import (
 // ErrPromptTooLong is returned when the prompt does not fit the context.
 var ErrPromptTooLong = errors.New("generate: prompt exceeds the context length")
 
+// ErrNoRow is returned when a backend leaves out a row that a step's
+// walk reads.
+var ErrNoRow = errors.New("generate: the backend left out a row the walk reads")
+
 // Step asks a backend to run IDs at positions Pos, Pos+1, ... of one
 // sequence (dropping whatever it held at positions >= Pos) and to choose
 // the next token after each output row: after the last position, or after
@@ -32,6 +36,12 @@ type Step struct {
 	Uniform []float64
 	Logits  bool    // also return the rows' logits, if the backend can
 	Tree    []int32 // parents of IDs within the step (nil: a sequence)
+	// Walk says that only the rows a speculative decoder reads are
+	// wanted: from row From down the drafts the outputs accept
+	// (ovrt.Walk). A backend may answer -1 for the other rows, and so
+	// compute the head for a path instead of for every draft.
+	Walk bool
+	From int
 }
 
 // StepResult is a backend's answer: the chosen id per row, and the rows'
@@ -270,9 +280,17 @@ func (l *Local) Logits(ctx context.Context, pos int, ids []int32, all bool) ([]f
 
 func (l *Local) logits(ctx context.Context, pos int, ids []int32, all bool, tree []int32) ([]float32, error) {
 	want := ovrt.WantLast
-	rows := 1
 	if all {
 		want = ovrt.WantAll
+	}
+	return l.forward(ctx, pos, ids, want, tree)
+}
+
+// forward runs ids at pos through every model and returns the logits
+// the last position or all positions ask for (nil with WantDeferred).
+func (l *Local) forward(ctx context.Context, pos int, ids []int32, want ovrt.Want, tree []int32) ([]float32, error) {
+	rows := 1
+	if want == ovrt.WantAll {
 		rows = len(ids)
 	}
 	step := ovrt.Step{Pos: pos, Tokens: ids, Want: want, Tree: tree}
@@ -304,8 +322,37 @@ func (l *Local) logits(ctx context.Context, pos int, ids []int32, all bool, tree
 // Trees implements TreeBackend: a local model runs tree steps.
 func (l *Local) Trees() bool { return true }
 
-// Step implements Backend.
+// walker returns the request that holds the whole head, if one does and
+// the others hold none of it: then a walk's rows can be computed alone.
+func (l *Local) walker() *ovrt.Request {
+	last := len(l.reqs) - 1
+	if h := l.heads[last]; h[0] != 0 || h[1] != l.vocab {
+		return nil
+	}
+	for _, h := range l.heads[:last] {
+		if h[1] > h[0] {
+			return nil
+		}
+	}
+	return l.reqs[last]
+}
+
+// Step implements Backend. A step with Walk computes the head for the
+// walk's rows only, when one model holds the whole head.
 func (l *Local) Step(ctx context.Context, s Step) (StepResult, error) {
+	if head := l.walker(); s.Walk && s.All && !s.Logits && head != nil {
+		if _, err := l.forward(ctx, s.Pos, s.IDs, ovrt.WantDeferred, s.Tree); err != nil {
+			return StepResult{}, err
+		}
+		next, err := head.WalkHead(s.IDs, s.Tree, s.From, func(row int, logits []float32) (int, error) {
+			u := 0.0
+			if row < len(s.Uniform) {
+				u = s.Uniform[row]
+			}
+			return Choose(l.smp, logits, u), nil
+		})
+		return StepResult{Next: next}, err
+	}
 	logits, err := l.logits(ctx, s.Pos, s.IDs, s.All, s.Tree)
 	if err != nil {
 		return StepResult{}, err

@@ -201,7 +201,9 @@ func specRound(ctx context.Context, b Backend, d spec.Drafter, o Options, so Spe
 		ids[i+1] = int32(x)
 	}
 	t := now()
-	out, err := b.Step(ctx, Step{Pos: L - 1, IDs: ids, All: len(drafts) > 0, Uniform: uniforms(g, len(ids)), Logits: q != nil})
+	st := Step{Pos: L - 1, IDs: ids, All: len(drafts) > 0, Uniform: uniforms(g, len(ids)), Logits: q != nil}
+	st.Walk = st.All && q == nil // point-mass acceptance reads the walk's rows only
+	out, err := b.Step(ctx, st)
 	if err != nil {
 		return true, err
 	}
@@ -216,6 +218,9 @@ func specRound(ctx context.Context, b Backend, d spec.Drafter, o Options, so Spe
 	var n int
 	if q == nil {
 		emitted, n, err = spec.AcceptPointMass(drafts, out.Next)
+		if err == nil && emitted[n] < 0 {
+			err = fmt.Errorf("%w: row %d", ErrNoRow, n)
+		}
 	} else {
 		if len(out.Logits) == 0 || len(out.Logits)%len(ids) != 0 {
 			return true, ErrNoLogits
@@ -346,7 +351,7 @@ func treeRound(ctx context.Context, b Backend, td spec.TreeDrafter, o Options, s
 	for i := nt; i < n; i++ {
 		us[i] = uniforms(g+depthOf(i), 1)[0]
 	}
-	st := Step{Pos: *cached, IDs: ids, All: n > 1, Uniform: us, Tree: parents}
+	st := Step{Pos: *cached, IDs: ids, All: n > 1, Uniform: us, Tree: parents, Walk: n > 1, From: root}
 	if nt == 1 && tree.Chain() {
 		st.Tree = nil // a plain speculative step: any backend runs it
 	}
@@ -373,6 +378,9 @@ func treeRound(ctx context.Context, b Backend, td spec.TreeDrafter, o Options, s
 	var path []int
 	for {
 		next := out.Next[cur]
+		if next < 0 {
+			return true, fmt.Errorf("%w: row %d", ErrNoRow, cur)
+		}
 		child := -1
 		for _, k := range kids[cur] {
 			if int(ids[k]) == next {

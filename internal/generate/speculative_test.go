@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pipeshard/pipeshard/internal/spec"
+	"github.com/pipeshard/pipeshard/ovrt"
 )
 
 // toy is a backend double with a cache: it holds the tokens of one
@@ -66,6 +67,15 @@ func (b *toy) Step(ctx context.Context, s Step) (StepResult, error) {
 			prefix = append(slices.Clone(b.held[:s.Pos]), treePath(s.IDs, s.Tree, i)...)
 		}
 		out.Next = append(out.Next, b.choose(prefix, s.Uniform[r]))
+	}
+	if s.Walk {
+		// Answer the walk's rows only, as a last stage does: a decoder
+		// that reads any other row fails.
+		walked, err := ovrt.Walk(s.IDs, s.Tree, s.From, func(row int) (int, error) { return out.Next[row], nil })
+		if err != nil {
+			return StepResult{}, err
+		}
+		out.Next = walked
 	}
 	return out, nil
 }
@@ -284,6 +294,26 @@ func TestSpeculativeErrors(t *testing.T) {
 	if r, err := RunSpeculative(context.Background(), &toy{vocab: 8}, spec.NGram{}, []int{1}, Options{}, SpecOptions{}); err != nil || len(r.IDs) != 0 {
 		t.Errorf("no tokens asked: %v, %v", r.IDs, err)
 	}
+	// A backend that leaves out the rows a walk reads: chains and trees.
+	for _, tree := range []int{-1, 4} {
+		_, err := RunSpeculative(context.Background(), holes{&toy{vocab: 8}}, spec.NGram{}, []int{1, 2, 3, 1, 2, 3, 1, 2}, Options{MaxTokens: 8, EOS: -1}, SpecOptions{K: 3, Tree: tree})
+		if !errors.Is(err, ErrNoRow) {
+			t.Errorf("tree %d: a backend without the walk's rows: %v, want ErrNoRow", tree, err)
+		}
+	}
+}
+
+// holes answers -1 for every row of a step with a walk.
+type holes struct{ *toy }
+
+func (h holes) Step(ctx context.Context, s Step) (StepResult, error) {
+	out, err := h.toy.Step(ctx, s)
+	if s.Walk {
+		for i := range out.Next {
+			out.Next[i] = -1
+		}
+	}
+	return out, err
 }
 
 func TestSpeculativeTiming(t *testing.T) {

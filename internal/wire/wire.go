@@ -143,7 +143,25 @@ type Forward struct {
 	// It is encoded last and only when set, so a frame without it is the
 	// same bytes as before trees existed.
 	Tree []int32
+	// Walk, when set, lets the last hop compute the output rows of one
+	// path only (ovrt.Walk), encoded after Tree.
+	Walk *Walk
 }
+
+// Walk asks the last hop for the output rows that a speculative decoder
+// reads, and no others: from row From, each row's output token leads to
+// the row's child (in Tree, or the next row without a tree) that has that
+// token in IDs, until no child does. IDs are the step's token ids, which
+// hops after the first do not otherwise see. Rows off the walk come back
+// as NoID. A hop that outputs logits or top-k, or holds only part of the
+// head, computes every row instead, as it would without Walk.
+type Walk struct {
+	From uint32
+	IDs  []uint32
+}
+
+// NoID marks a Result row that the last hop did not compute (Walk).
+const NoID = ^uint32(0)
 
 // Result kinds.
 const (
@@ -520,10 +538,17 @@ func (m *Forward) encode(b *buf) {
 		b.f64(u)
 	}
 	b.trace(m.Trace)
-	if len(m.Tree) > 0 {
-		b.u32(uint32(len(m.Tree)))
+	if len(m.Tree) > 0 || m.Walk != nil {
+		b.u32(uint32(len(m.Tree))) // 0: no tree, but a walk follows
 		for _, p := range m.Tree {
 			b.u32(uint32(p + 1))
+		}
+	}
+	if m.Walk != nil {
+		b.u32(m.Walk.From)
+		b.u32(uint32(len(m.Walk.IDs)))
+		for _, id := range m.Walk.IDs {
+			b.u32(id)
 		}
 	}
 }
@@ -549,11 +574,13 @@ func (m *Forward) decode(r *rd) {
 	m.Trace = r.trace()
 	if r.err == nil && len(r.b) > 0 {
 		nt := int(r.u32())
-		if nt == 0 || nt*4 > len(r.b) {
+		if nt == 0 && len(r.b) == 0 || nt*4 > len(r.b) {
 			r.fail("tree of %d parents, %d bytes left", nt, len(r.b))
 			return
 		}
-		m.Tree = make([]int32, nt)
+		if nt > 0 {
+			m.Tree = make([]int32, nt)
+		}
 		for i := range m.Tree {
 			p := int64(r.u32()) - 1
 			if p >= int64(i) {
@@ -561,6 +588,18 @@ func (m *Forward) decode(r *rd) {
 				return
 			}
 			m.Tree[i] = int32(p)
+		}
+	}
+	if r.err == nil && len(r.b) > 0 {
+		m.Walk = &Walk{From: r.u32()}
+		n := int(r.u32())
+		if n*4 > len(r.b) {
+			r.fail("walk of %d ids, %d bytes left", n, len(r.b))
+			return
+		}
+		m.Walk.IDs = make([]uint32, n)
+		for i := range m.Walk.IDs {
+			m.Walk.IDs[i] = r.u32()
 		}
 	}
 	if r.err != nil {
@@ -583,6 +622,8 @@ func (m *Forward) decode(r *rd) {
 		r.fail("%d uniforms for %d rows", len(m.Uniform), rows)
 	case m.Tree != nil && len(m.Tree) != int(m.NTok):
 		r.fail("tree of %d parents for %d tokens", len(m.Tree), m.NTok)
+	case m.Walk != nil && (!m.All || len(m.Walk.IDs) != int(m.NTok) || m.Walk.From >= m.NTok):
+		r.fail("walk from row %d with %d ids for %d tokens (all rows: %v)", m.Walk.From, len(m.Walk.IDs), m.NTok, m.All)
 	}
 }
 

@@ -16,6 +16,11 @@ func sampleMessages() []Message {
 	fw.SetTokens([]int32{1, 31999})
 	tree := &Forward{Session: s, Seq: 9, Pos: 20, All: true, Tree: []int32{-1, 0, 0, -1, 3}}
 	tree.SetTokens([]int32{4, 6, 5, 9, 9})
+	walk := &Forward{Session: s, Seq: 10, Pos: 20, All: true, Tree: []int32{-1, 0, 0},
+		Walk: &Walk{From: 0, IDs: []uint32{4, 6, 5}}}
+	walk.SetTokens([]int32{4, 6, 5})
+	chain := &Forward{Session: s, Seq: 11, Pos: 20, NTok: 3, All: true, Kind: KindHiddenF16, Data: make([]byte, 12),
+		Uniform: []float64{0.1, 0.2, 0.3}, Walk: &Walk{From: 1, IDs: []uint32{4, 6, 5}}}
 	return []Message{
 		&Open{Session: s, ModelID: "bafkmodel", Hop: 1, Route: []Hop{
 			{Peer: []byte("peerA"), Addrs: []string{"/ip4/127.0.0.1/tcp/1"}, Shard: "bafyA", Start: 0, End: 3},
@@ -25,6 +30,8 @@ func sampleMessages() []Message {
 		fw,
 		&Forward{Session: s, Seq: 8, Pos: 14, NTok: 1, Kind: KindHiddenF16, Data: make([]byte, 576)},
 		tree,
+		walk,
+		chain,
 		&Result{Session: s, Seq: 7, Pos: 12, Rows: 2, Kind: ResultIDs, IDs: []uint32{4, 5}, Trace: []Timing{{2, 1, 2}}},
 		&Result{Session: s, Seq: 7, Rows: 1, Kind: ResultTopK, K: 2, Cands: []Cand{{1, 2}, {3, 4}}},
 		&Result{Session: s, Seq: 7, Rows: 1, Kind: ResultLogits, Logits: []float32{1, 2, 3}},
@@ -107,6 +114,18 @@ func TestRejects(t *testing.T) {
 			b := Encode(nil, f)[4:]
 			return b[:len(b)-2]
 		}()},
+		{"empty tree", func() []byte {
+			f := &Forward{}
+			f.SetTokens([]int32{1, 2})
+			return append(Encode(nil, f)[4:], 0, 0, 0, 0)
+		}()},
+		{"walk of one row", walkFrame(func(f *Forward) { f.All = false })},
+		{"walk ids", walkFrame(func(f *Forward) { f.Walk.IDs = f.Walk.IDs[:1] })},
+		{"walk from", walkFrame(func(f *Forward) { f.Walk.From = 2 })},
+		{"walk cut", func() []byte {
+			b := walkFrame(func(*Forward) {})
+			return b[:len(b)-3]
+		}()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -169,7 +188,14 @@ func FuzzDecode(f *testing.F) {
 }
 
 // normalize maps nil and empty slices alike for comparison.
-func normalize(m Message) string { return fmt.Sprintf("%v", m) }
+func normalize(m Message) string {
+	if f, ok := m.(*Forward); ok && f.Walk != nil {
+		c := *f
+		c.Walk = nil
+		return fmt.Sprintf("%v walk %v", &c, *f.Walk)
+	}
+	return fmt.Sprintf("%v", m)
+}
 
 // A later hop's report passed back keeps its hop and code.
 func TestNewErrorKeepsAReportsHop(t *testing.T) {
@@ -181,4 +207,12 @@ func TestNewErrorKeepsAReportsHop(t *testing.T) {
 	if wrapped := NewError(SessionID{1}, 0, 0, fmt.Errorf("context: %w", inner)); wrapped.Hop != 0 {
 		t.Fatalf("a wrapped report is this hop's own: hop %d", wrapped.Hop)
 	}
+}
+
+// walkFrame encodes a two-token Forward with a Walk, changed by edit.
+func walkFrame(edit func(*Forward)) []byte {
+	f := &Forward{All: true, Walk: &Walk{IDs: []uint32{1, 2}}}
+	f.SetTokens([]int32{1, 2})
+	edit(f)
+	return Encode(nil, f)[4:]
 }
