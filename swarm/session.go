@@ -421,6 +421,9 @@ func (s *Session) decode(m *wire.Result, st generate.Step) (generate.StepResult,
 	if want := len(st.IDs); st.All && len(out.Next) != want || !st.All && len(out.Next) != 1 {
 		return out, fmt.Errorf("%w: %d ids for %d rows", ErrSession, len(out.Next), want)
 	}
+	for _, h := range m.Trace {
+		out.Compute += time.Duration(h.Compute) * time.Microsecond
+	}
 	return out, nil
 }
 

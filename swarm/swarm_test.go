@@ -167,6 +167,18 @@ func TestRouteGeneratesLikeLocal(t *testing.T) {
 				if len(s.Trace) != n {
 					t.Fatalf("trace has %d hops, want %d", len(s.Trace), n)
 				}
+				// A step's result carries the hops' compute from their trace.
+				out, err := s.Step(context.Background(), generate.Step{Pos: len(prompt) + 29, IDs: []int32{int32(r.IDs[29])}, Uniform: []float64{0.5}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var compute time.Duration
+				for _, h := range s.Trace {
+					compute += time.Duration(h.Compute) * time.Microsecond
+				}
+				if out.Compute != compute || compute <= 0 {
+					t.Fatalf("step's compute %v, the trace's %v", out.Compute, compute)
+				}
 			})
 		}
 	}

@@ -49,6 +49,9 @@ type Step struct {
 type StepResult struct {
 	Next   []int
 	Logits []float32
+	// Compute is the time the backend's hops computed the step, summed
+	// over hops, when they report it (0: unknown).
+	Compute time.Duration
 }
 
 // Backend runs the whole model for one sequence: a local model (Local) or

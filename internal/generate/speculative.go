@@ -213,6 +213,7 @@ func specRound(ctx context.Context, b Backend, d spec.Drafter, o Options, so Spe
 	}
 	if tuner != nil {
 		tuner.ObserveStep(len(ids), now().Sub(t))
+		tuner.ObserveCompute(len(ids), out.Compute)
 	}
 	var emitted []int
 	var n int
@@ -369,6 +370,7 @@ func treeRound(ctx context.Context, b Backend, td spec.TreeDrafter, o Options, s
 	}
 	if tuner != nil {
 		tuner.ObserveStep(n, now().Sub(t))
+		tuner.ObserveCompute(n, out.Compute)
 	}
 	if !st.All {
 		out.Next = append(make([]int, n-1), out.Next...)

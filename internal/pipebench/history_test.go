@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/pipeshard/pipeshard/internal/spec"
 	"github.com/pipeshard/pipeshard/internal/testmodel"
@@ -83,12 +84,13 @@ func BenchmarkNGramHistory(b *testing.B) {
 			name string
 			k, b int
 		}
-		for _, v := range []variant{{"K=8", 8, 0}, {"K=16", 16, 0}, {"tree=32", 16, 32}, {"tree=64", 16, 64}} {
+		for _, v := range []variant{{"K=8", 8, 0}, {"K=16", 16, 0}, {"tree=32", 16, 32}, {"tree=64", 16, 64}, {"tree=128", 16, 128}} {
 			if v.b > 0 && n < 400 {
 				continue
 			}
 			b.Run(fmt.Sprintf("stories=%d/%s", n, v.name), func(b *testing.B) {
-				var tokens, travs, first, firstTravs, first64, travs64 int
+				var tokens, travs, first, firstTravs, first64, travs64, nodes int
+				var drafting time.Duration
 				for range b.N {
 					tokens, travs = 0, 0
 					for i, seq := range seqs {
@@ -101,7 +103,11 @@ func BenchmarkNGramHistory(b *testing.B) {
 									a++
 								}
 							} else {
-								a = treeAccepts(g.DraftTree(seq[:pos], v.k, v.b), seq[pos:])
+								t0 := time.Now()
+								tr := g.DraftTree(seq[:pos], v.k, v.b)
+								drafting += time.Since(t0)
+								nodes += tr.Len()
+								a = treeAccepts(tr, seq[pos:])
 							}
 							pos += a + 1
 							t++
@@ -118,6 +124,9 @@ func BenchmarkNGramHistory(b *testing.B) {
 				b.ReportMetric(float64(tokens)/float64(travs), "tokens/traversal")
 				b.ReportMetric(float64(first)/float64(firstTravs), "first-tokens/traversal")
 				b.ReportMetric(float64(first64)/float64(travs64), "first64-tokens/traversal")
+				if nodes > 0 {
+					b.ReportMetric(float64(drafting.Microseconds())/float64(nodes), "draft-µs/node")
+				}
 			})
 		}
 	}

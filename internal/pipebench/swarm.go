@@ -303,6 +303,10 @@ func wanTable(ctx context.Context, c Config) (*Table, error) {
 			rh := median(ratios(ph, ss, "hist", "naive", agg))
 			row = append(row, f1(median(a["hist"])), ratio(rh))
 			vs = append(vs, rh)
+			pt := byKey(ph, ss, func(s stat) float64 { return s.perTrav })["hist"]
+			mk := byKey(ph, ss, func(s stat) float64 { return s.meanK })["hist"]
+			t.Notes = append(t.Notes, fmt.Sprintf("At %d ms, n-gram + history generated %.2f tokens per traversal, verifying %.1f drafts (tree nodes) per traversal (medians).",
+				d.Milliseconds(), median(pt), median(mk)))
 		}
 		t.Rows = append(t.Rows, append(row, f1(median(a["streams"])), ratio(rs), f1(median(a["full"])), ratio(rf), f1(median(per["full"])), pct(median(acc["full"]))))
 		x := float64(d.Milliseconds())

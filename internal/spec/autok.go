@@ -146,8 +146,9 @@ type Tuner struct {
 	prior  Costs
 	hopRTT time.Duration
 
-	steps map[int]*mean // traversal seconds by token count
-	draft mean          // drafting seconds per token
+	steps   map[int]*mean // traversal seconds by token count
+	compute map[int]*mean // of which the hops computed, by token count
+	draft   mean          // drafting seconds per token
 	s, f  float64       // decayed accepted drafts, and rejections
 	// pos[i] counts, decayed, the rounds that offered draft i+1 after
 	// accepting every draft before it: s those that accepted it, f those
@@ -178,7 +179,7 @@ func NewTuner(prior Costs, hopRTT time.Duration, maxK int) *Tuner {
 		maxK = DefaultMaxK
 	}
 	// Prior acceptance 0.6, worth a couple of rounds.
-	return &Tuner{maxK: maxK, prior: prior, hopRTT: hopRTT, steps: map[int]*mean{}, s: 1.5, f: 1}
+	return &Tuner{maxK: maxK, prior: prior, hopRTT: hopRTT, steps: map[int]*mean{}, compute: map[int]*mean{}, s: 1.5, f: 1}
 }
 
 type mean struct {
@@ -204,6 +205,24 @@ func (t *Tuner) ObserveStep(tokens int, d time.Duration) {
 	if m == nil {
 		m = &mean{}
 		t.steps[tokens] = m
+	}
+	m.add(d.Seconds())
+}
+
+// ObserveCompute records that the hops of a traversal of tokens tokens
+// computed for d in all (their traces). Compute grows with the tokens
+// as the whole traversal does, without the network's jitter, so once two
+// lengths were seen Costs takes the per-token cost from it: a few
+// milliseconds of jitter on a 300 ms round trip would otherwise make a
+// slope of their own.
+func (t *Tuner) ObserveCompute(tokens int, d time.Duration) {
+	if tokens <= 0 || d <= 0 {
+		return
+	}
+	m := t.compute[tokens]
+	if m == nil {
+		m = &mean{}
+		t.compute[tokens] = m
 	}
 	m.add(d.Seconds())
 }
@@ -279,10 +298,32 @@ func (t *Tuner) Costs() (Costs, bool) {
 	if t.draft.n > 0 {
 		c.Draft = dur(t.draft.v)
 	}
-	// Weighted least squares of seconds on tokens over the lengths seen,
-	// each length weighing as many observations as it had, up to 8.
+	if _, b, ok := fit(t.compute); ok {
+		// The slope from the hops' compute; the fixed time is what the
+		// traversals took beyond it.
+		var sw, sy float64
+		for n, m := range t.steps {
+			w := float64(min(m.n, 8))
+			sw += w
+			sy += w * (m.v - b*float64(n))
+		}
+		c.Fixed, c.PerToken = dur(max(sy/sw, 0)), dur(b)
+		return c, true
+	}
+	a, b, ok := fit(t.steps)
+	if !ok {
+		return c, false
+	}
+	c.Fixed, c.PerToken = dur(a), dur(b)
+	return c, true
+}
+
+// fit returns the weighted least-squares line a + b·tokens through the
+// means by token count, each weighing as many observations as it had, up
+// to 8; ok is false for fewer than two lengths.
+func fit(by map[int]*mean) (a, b float64, ok bool) {
 	var sw, sx, sy, sxx, sxy float64
-	for n, m := range t.steps {
+	for n, m := range by {
 		w := float64(min(m.n, 8))
 		x := float64(n)
 		sw += w
@@ -291,17 +332,16 @@ func (t *Tuner) Costs() (Costs, bool) {
 		sxx += w * x * x
 		sxy += w * x * m.v
 	}
-	if len(t.steps) < 2 {
-		return c, false
+	if len(by) < 2 {
+		return 0, 0, false
 	}
 	den := sw*sxx - sx*sx
 	if den <= 0 {
-		return c, false
+		return 0, 0, false
 	}
-	b := max((sw*sxy-sx*sy)/den, 0)
-	a := max((sy-b*sx)/sw, 0)
-	c.Fixed, c.PerToken = dur(a), dur(b)
-	return c, true
+	b = max((sw*sxy-sx*sy)/den, 0)
+	a = max((sy-b*sx)/sw, 0)
+	return a, b, true
 }
 
 func dur(s float64) time.Duration { return time.Duration(s * 1e9) }

@@ -264,3 +264,35 @@ func TestExpectedTokensByPosition(t *testing.T) {
 		t.Errorf("no rates: %v, want 1", got)
 	}
 }
+
+// TestTunerCostsFromCompute: with the hops' compute reported, the
+// per-token cost comes from it and not from the round trips, whose
+// jitter on a slow route would make a slope of its own.
+func TestTunerCostsFromCompute(t *testing.T) {
+	const per = 200 * time.Microsecond
+	fixed := 300 * ms
+	r := rand.New(rand.NewPCG(3, 3))
+	for _, withCompute := range []bool{false, true} {
+		tu := NewTuner(Costs{}, 100*ms, 0)
+		for i := range 40 {
+			n := []int{1, 17, 30, 45}[i%4]
+			jitter := time.Duration(r.IntN(20)) * ms // 0..19 ms a traversal
+			tu.ObserveStep(n, fixed+time.Duration(n)*per+jitter)
+			if withCompute {
+				tu.ObserveCompute(n, time.Duration(n)*per+time.Millisecond)
+			}
+		}
+		c, ok := tu.Costs()
+		if !ok {
+			t.Fatal("no measured costs")
+		}
+		off := absDur(c.PerToken - per)
+		t.Logf("compute reported %v: per token %v, fixed %v", withCompute, c.PerToken, c.Fixed)
+		if withCompute && off > per/20 {
+			t.Errorf("per token %v, want %v", c.PerToken, per)
+		}
+		if withCompute && absDur(c.Fixed-fixed-10*ms) > 3*ms {
+			t.Errorf("fixed %v, want about %v (the mean jitter included)", c.Fixed, fixed+10*ms)
+		}
+	}
+}
