@@ -149,7 +149,7 @@ type Tuner struct {
 	steps   map[int]*mean // traversal seconds by token count
 	compute map[int]*mean // of which the hops computed, by token count
 	draft   mean          // drafting seconds per token
-	s, f  float64       // decayed accepted drafts, and rejections
+	s, f    float64       // decayed accepted drafts, and rejections
 	// pos[i] counts, decayed, the rounds that offered draft i+1 after
 	// accepting every draft before it: s those that accepted it, f those
 	// that did not. Drafts are not independent: a context or history
