@@ -80,11 +80,14 @@ type genRequest struct {
 	speculate  string
 	draftModel string
 	draftQuant ovrt.DType
-	specK      int  // 0: auto
-	specTree   int  // draft tree nodes: 0 auto, -1 off
-	pointMass  bool // a draft model proposes its argmax even when sampling
-	threads    int
-	vocab      int
+	specK      int // 0: auto
+	specTree   int // draft tree nodes: 0 auto, -1 off
+	// streams, if set, counts the sequences in flight that share the
+	// route (generate.SpecOptions.Streams).
+	streams   func() int
+	pointMass bool // a draft model proposes its argmax even when sampling
+	threads   int
+	vocab     int
 
 	// The n-gram drafter's history: the --history flag, and the history
 	// it opened (nil: none).

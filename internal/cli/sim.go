@@ -448,6 +448,8 @@ func simClient(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 	start := time.Now()
 	var next atomic.Int64
 	var wg sync.WaitGroup
+	var active atomic.Int64 // requests in flight: they share draft tree budgets
+	g.streams = func() int { return int(active.Load()) }
 	for slot := range inflight {
 		wg.Go(func() {
 			for ctx.Err() == nil {
@@ -455,7 +457,9 @@ func simClient(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 				if requests > 0 && i >= requests || duration > 0 && time.Since(start) >= duration {
 					return
 				}
+				active.Add(1)
 				rec := oneRequest(ctx, env, c, m, g, i, slot, timeout, flagBool(fs, "f16"))
+				active.Add(-1)
 				emit(rec)
 				if rec.Error != "" {
 					// Back off, as a user would, rather than spin on a
@@ -513,7 +517,7 @@ func oneRequest(ctx context.Context, env *Env, c *swarm.Client, m *shards.Manife
 		var d spec.Drafter
 		var closeDraft func()
 		if d, closeDraft, err = gi.drafter(ctx, env); err == nil {
-			res, err = generate.RunSpeculative(ctx, tb, d, g.promptIDs, opts, generate.SpecOptions{K: g.specK, Sampling: gi.sampling, Tree: g.specTree})
+			res, err = generate.RunSpeculative(ctx, tb, d, g.promptIDs, opts, generate.SpecOptions{K: g.specK, Sampling: gi.sampling, Tree: g.specTree, Streams: g.streams})
 			closeDraft()
 		}
 	} else {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"path/filepath"
 	"text/tabwriter"
@@ -315,9 +316,13 @@ func swarmBatch(ctx context.Context, env *Env, c *swarm.Client, m *shards.Manife
 	}
 	out := make([]seqResult, n)
 	var wg sync.WaitGroup
+	var active atomic.Int64 // sequences still generating share draft tree budgets
+	active.Store(int64(n))
+	streams := func() int { return int(active.Load()) }
 	t0 := time.Now()
 	for i, s := range sessions {
 		wg.Go(func() {
+			defer active.Add(-1)
 			r := &out[i]
 			r.seed = g.sampling.Seed + uint64(i)
 			opts := g.opts
@@ -333,7 +338,7 @@ func swarmBatch(ctx context.Context, env *Env, c *swarm.Client, m *shards.Manife
 					r.err = err
 					break
 				}
-				r.res, r.err = generate.RunSpeculative(ctx, s, d, g.promptIDs, opts, generate.SpecOptions{K: g.specK, Sampling: gi.sampling, Tree: g.specTree})
+				r.res, r.err = generate.RunSpeculative(ctx, s, d, g.promptIDs, opts, generate.SpecOptions{K: g.specK, Sampling: gi.sampling, Tree: g.specTree, Streams: streams})
 				closeDraft()
 			case vo != nil:
 				r.res, r.err = swarm.Generate(ctx, s, g.promptIDs, opts, nil)

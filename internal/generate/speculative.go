@@ -37,6 +37,12 @@ type SpecOptions struct {
 	// automatic (spec.TreeBudget) and drafts chains when K is fixed; < 0
 	// always drafts chains.
 	Tree int
+	// Streams, if set, says how many sequences the caller has in flight
+	// now, this one included. They share the stages of their routes, so
+	// an automatic tree budget (Tree 0) is divided among them: sixteen
+	// sequences that each verified a tree sized for a lone user would
+	// make the stages compute-bound.
+	Streams func() int
 }
 
 // RunSpeculative generates from prompt like Run, but drafts tokens with d
@@ -276,7 +282,11 @@ func treeBudget(so SpecOptions, tuner *spec.Tuner) int {
 		return max(so.Tree, 0)
 	}
 	c, measured := tuner.Costs()
-	if b := spec.TreeBudget(c, 0, 0); measured && b > spec.DefaultMaxK {
+	b := spec.TreeBudget(c, 0, 0)
+	if so.Streams != nil {
+		b /= max(so.Streams(), 1)
+	}
+	if measured && b > spec.DefaultMaxK {
 		return b
 	}
 	return 0

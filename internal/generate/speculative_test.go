@@ -465,6 +465,9 @@ func TestNextTree(t *testing.T) {
 		{"fixed K, behind", true, SpecOptions{K: 3}, nil, true, func(b int) bool { return b == 3 }},
 		{"fixed K: chains", true, SpecOptions{K: 3}, nil, false, func(b int) bool { return b == 0 }},
 		{"fixed tree", true, SpecOptions{K: 3, Tree: 20}, nil, false, func(b int) bool { return b == 20 }},
+		{"slow route, 64 streams: chains", true, SpecOptions{Streams: func() int { return 64 }}, slow, false, func(b int) bool { return b == 0 }},
+		{"slow route, 1 stream: a tree", true, SpecOptions{Streams: func() int { return 1 }}, slow, false, func(b int) bool { return b > spec.DefaultMaxK }},
+		{"fixed tree, 64 streams", true, SpecOptions{Tree: 20, Streams: func() int { return 64 }}, slow, false, func(b int) bool { return b == 20 }},
 	} {
 		if got := nextTree(tt.trees, tt.so, tt.tuner, tt.behind); !tt.want(got) {
 			t.Errorf("%s: %d nodes", tt.name, got)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pipeshard/pipeshard/internal/generate"
@@ -49,6 +50,8 @@ type Swarm struct {
 	FindTimeout time.Duration
 	RouteTTL    time.Duration
 	Log         *slog.Logger
+
+	active atomic.Int64 // sequences generating: they share draft tree budgets
 
 	mu      sync.Mutex // guards the shared route; held while planning one
 	hops    []swarm.Hop
@@ -204,8 +207,11 @@ func (s *Swarm) Generate(ctx context.Context, r Request, emit func(id int) bool)
 			pending = pending[:kept]
 		})
 	case s.Drafter != nil:
+		s.active.Add(1)
 		res, err = generate.RunSpeculative(gctx, rs, s.Drafter(), r.Prompt, opts,
-			generate.SpecOptions{K: s.SpecK, Tree: s.SpecTree, Sampling: sample.Params{Temp: r.Temperature, TopP: r.TopP, Seed: r.Seed}})
+			generate.SpecOptions{K: s.SpecK, Tree: s.SpecTree, Sampling: sample.Params{Temp: r.Temperature, TopP: r.TopP, Seed: r.Seed},
+				Streams: func() int { return int(s.active.Load()) }})
+		s.active.Add(-1)
 	default:
 		res, err = generate.Run(gctx, rs, r.Prompt, opts)
 	}
