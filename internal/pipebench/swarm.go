@@ -138,6 +138,16 @@ func runScenario(ctx context.Context, c Config, sc *scenario.Scenario, cl scenar
 	if err != nil {
 		return nil, nil, err
 	}
+	if c.WorkDir != "" {
+		// Every request's record (token times, route, counts) beside the logs.
+		b, err := json.MarshalIndent(res, "", "  ")
+		if err == nil {
+			err = os.WriteFile(filepath.Join(env.WorkDir, "results.json"), b, 0o644)
+		}
+		if err != nil {
+			c.Log.Warn(name, "results", err)
+		}
+	}
 	out := make([]stat, len(phases))
 	for p := range phases {
 		out[p] = phaseStat(res, p)
