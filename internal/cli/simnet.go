@@ -19,7 +19,7 @@ func startNetem(ctx context.Context, s scenario.NetSpec) (scenario.Network, erro
 			l := s.Link(from, to)
 			return netem.Link{Delay: l.Delay, Jitter: l.Jitter, Loss: l.Loss, Rate: l.Rate}
 		},
-		Backend: s.Backend, Seed: s.Seed, MaxDuration: s.MaxDuration, MaxBytes: s.MaxBytes, Log: s.Log,
+		Backend: s.Backend, Seed: s.Seed, MaxDuration: s.MaxDuration, MaxBytes: s.MaxBytes, TCP: s.TCP, Log: s.Log,
 	})
 	if err != nil {
 		return nil, err

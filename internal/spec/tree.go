@@ -187,11 +187,15 @@ const DefaultMaxTree = 128
 // treeShare is the share of a traversal's fixed time that verifying a
 // tree's nodes may add: a node's chance of being on the accepted path
 // falls fast with its rank, so past this share more nodes slow a
-// traversal more than they lengthen it.
-const treeShare = 8
+// traversal more than they lengthen it. Measured on stories15M at 100 ms
+// a link (docs/benchmarks.md, stop 15), trees of 31 and 91 nodes carried
+// 2.13 and 2.37 tokens a traversal and ran 2.08x and 2.12x naive, while
+// the 100 to 110 nodes of a 1/8 share ran 1.9x: the curve is flat well
+// before 1/8.
+const treeShare = 16
 
 // TreeBudget returns how many draft nodes a traversal should verify: as
-// many as cost at most 1/8 of the traversal's fixed time (its round trips,
+// many as cost at most 1/16 of the traversal's fixed time (its round trips,
 // on a WAN), and never fewer than k (the chain the tuner would draft), nor
 // more than maxTree (0: DefaultMaxTree).
 func TreeBudget(c Costs, k, maxTree int) int {

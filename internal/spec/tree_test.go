@@ -51,8 +51,9 @@ func TestTreeBudget(t *testing.T) {
 	}{
 		{Costs{}, 3, 0, 3},
 		{Costs{Fixed: time.Millisecond, PerToken: time.Millisecond}, 4, 0, 4},
-		{Costs{Fixed: 300 * time.Millisecond, PerToken: time.Millisecond}, 4, 0, 37},
+		{Costs{Fixed: 300 * time.Millisecond, PerToken: time.Millisecond}, 4, 0, 18},
 		{Costs{Fixed: 3 * time.Second, PerToken: time.Millisecond}, 4, 0, DefaultMaxTree},
+		{Costs{Fixed: 300 * time.Millisecond, PerToken: 300 * time.Microsecond, Draft: 10 * time.Microsecond}, 4, 0, 60},
 		{Costs{Fixed: 3 * time.Second, PerToken: time.Millisecond}, 4, 20, 20},
 		{Costs{}, 0, 0, 1},
 	} {

@@ -479,3 +479,30 @@ func TestNotRoot(t *testing.T) {
 		t.Errorf("Start: %v, want ErrNotRoot", err)
 	}
 }
+
+// TestCongestionControl: the hosts' TCP congestion control is cubic
+// unless the spec says otherwise, "host" keeps the machine's, and a name
+// the kernel does not have is refused.
+func TestCongestionControl(t *testing.T) {
+	own, err := os.ReadFile(congestionFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ tcp, want string }{
+		{"", "cubic"},
+		{"reno", "reno"},
+		{"host", strings.TrimSpace(string(own))},
+	} {
+		n := startNet(t, Spec{Hosts: 2, Backend: BackendDelayline, TCP: tt.tcp})
+		for i := range 2 {
+			out, err := n.Command(t.Context(), i, "cat", congestionFile).CombinedOutput()
+			if err != nil || strings.TrimSpace(string(out)) != tt.want {
+				t.Errorf("TCP %q: host %d has %q, %v; want %s", tt.tcp, i, out, err, tt.want)
+			}
+		}
+	}
+	needRoot(t)
+	if _, err := Start(t.Context(), Spec{Hosts: 1, Backend: BackendDelayline, TCP: "nosuch", Log: testLogger(t)}); !errors.Is(err, ErrSpec) {
+		t.Errorf("an unknown congestion control: %v, want ErrSpec", err)
+	}
+}

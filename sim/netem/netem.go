@@ -1,6 +1,7 @@
 package netem
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -86,7 +87,12 @@ type Spec struct {
 	// nothing is forwarded any more, Stats counts the packets as Capped and
 	// Err reports ErrMaxBytes (0 → DefaultMaxBytes).
 	MaxBytes int64
-	Log      *slog.Logger
+	// TCP is the TCP congestion control of every host: "" for cubic, the
+	// default of the machines volunteers run (Windows, macOS and most
+	// Linux distributions), "host" for this machine's own default, or a
+	// name the kernel offers (net.ipv4.tcp_available_congestion_control).
+	TCP string
+	Log *slog.Logger
 }
 
 // Counter counts packets and their IP bytes.
@@ -222,6 +228,16 @@ func start(ctx context.Context, s Spec, hk hooks) (*Net, error) {
 	for _, name := range n.names() {
 		if err := addNetns(name); err != nil {
 			return fail(err)
+		}
+	}
+	if cc := cmp.Or(s.TCP, "cubic"); cc != "host" {
+		if err := allowCongestion(cc, n.log); err != nil {
+			return fail(err)
+		}
+		for i := range s.Hosts {
+			if err := n.Do(i, func() error { return setCongestion(cc) }); err != nil {
+				return fail(fmt.Errorf("host %d: %w", i, err))
+			}
 		}
 	}
 	switch backend {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -218,4 +219,46 @@ func inNetns(path string, f func() error) error {
 		panic(r.panic)
 	}
 	return r.err
+}
+
+// congestionFile is the calling thread's network namespace's default TCP
+// congestion control, for sockets made after it is set.
+const congestionFile = "/proc/sys/net/ipv4/tcp_congestion_control"
+
+// setCongestion sets the TCP congestion control of the namespace the
+// calling thread is in (run it through Net.Do).
+func setCongestion(name string) error {
+	if err := os.WriteFile(congestionFile, []byte(name), 0); err != nil {
+		return fmt.Errorf("%w: TCP congestion control %q: %w", ErrSpec, name, err)
+	}
+	return nil
+}
+
+// allowedFile lists the congestion controls that a namespace other than
+// the machine's own may make its default.
+const allowedFile = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+
+// allowMu serializes allowCongestion's read and write of allowedFile.
+var allowMu sync.Mutex
+
+// allowCongestion adds name to the machine's allowed congestion controls
+// if it is not there: the kernel refuses a namespace a default it does
+// not allow. It is left there (runs in parallel may rely on it); all it
+// permits is choosing that algorithm.
+func allowCongestion(name string, log *slog.Logger) error {
+	allowMu.Lock()
+	defer allowMu.Unlock()
+	b, err := os.ReadFile(allowedFile)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	have := strings.Fields(string(b))
+	if slices.Contains(have, name) {
+		return nil
+	}
+	if err := os.WriteFile(allowedFile, []byte(strings.Join(append(have, name), " ")), 0); err != nil {
+		return fmt.Errorf("%w: allow TCP congestion control %q: %w", ErrSpec, name, err)
+	}
+	log.Info("netem: allowed a TCP congestion control for namespaces", "name", name, "sysctl", "net.ipv4.tcp_allowed_congestion_control")
+	return nil
 }

@@ -55,6 +55,7 @@ type NetSpec struct {
 	Seed        int64
 	MaxDuration time.Duration
 	MaxBytes    int64
+	TCP         string // the hosts' TCP congestion control (Topology.TCP)
 	Log         *slog.Logger
 }
 
@@ -77,7 +78,7 @@ func (s *Scenario) NetSpec(backend string, log *slog.Logger) NetSpec {
 			}
 			return links[from][to]
 		},
-		MaxDuration: s.Bounds.MaxDuration.D(), MaxBytes: int64(s.Bounds.MaxTraffic), Log: log,
+		MaxDuration: s.Bounds.MaxDuration.D(), MaxBytes: int64(s.Bounds.MaxTraffic), TCP: s.Network.TCP, Log: log,
 	}
 }
 

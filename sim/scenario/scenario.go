@@ -106,6 +106,10 @@ type Topology struct {
 	// Transport is what nodes and clients listen on: "tcp" (default) or
 	// "quic".
 	Transport string `yaml:"transport,omitempty" json:"transport,omitempty"`
+	// TCP is the hosts' TCP congestion control: cubic (default), as the
+	// home machines pipeshard runs on ship, "host" for the emulating
+	// machine's own, or another the kernel has (bbr, reno).
+	TCP string `yaml:"tcp,omitempty" json:"tcp,omitempty"`
 	// Regions maps a region to the round-trip times to other regions
 	// (itself included); one entry per pair is enough.
 	Regions map[string]map[string]Duration `yaml:"regions,omitempty" json:"regions,omitempty"`

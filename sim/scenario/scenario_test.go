@@ -226,6 +226,7 @@ func TestValidate(t *testing.T) {
 		{"loss", func(s *Scenario) { s.Network.Loss = 1 }, "loss 1"},
 		{"bandwidth without a unit", func(s *Scenario) { s.Network.Bandwidth = 100 }, `write a unit`},
 		{"transport", func(s *Scenario) { s.Network.Transport = "udp" }, `transport "udp"`},
+		{"tcp congestion control", func(s *Scenario) { s.Network.TCP = "cubic; rm -rf" }, `tcp "cubic; rm -rf"`},
 		{"latency rows", func(s *Scenario) { s.Network.Latency = [][]Duration{{0}} }, "latency has 1 rows for 5 hosts"},
 		{"link names", func(s *Scenario) { s.Network.Links = []LinkRule{{From: "n0", To: "zz"}} }, `"zz" is no host, group or region`},
 		{"link both forms", func(s *Scenario) { s.Network.Links = []LinkRule{{From: "n0", To: "c", Between: []string{"a", "b"}}} }, "not both"},

@@ -217,6 +217,9 @@ func (s *Scenario) Validate() error {
 	if err := checkLink("network", n.Delay, n.Jitter, n.Loss, n.Bandwidth); err != nil {
 		return bad("%v", err)
 	}
+	if !validCongestion(n.TCP) {
+		return bad("network: tcp %q: want a congestion control's name (cubic, bbr, reno) or host", n.TCP)
+	}
 	if n.Transport != "tcp" && n.Transport != "quic" {
 		return bad("network: transport %q: want tcp or quic", n.Transport)
 	}
@@ -373,4 +376,18 @@ func checkLink(where string, delay, jitter Duration, loss float64, bw Bandwidth)
 		return fmt.Errorf("%s: bandwidth %d bytes/s is below 8 kbit/s: write a unit, e.g. \"100Mbit\"", where, bw)
 	}
 	return nil
+}
+
+// validCongestion reports whether name can be a TCP congestion control's
+// name as the kernel spells them (or empty: the default).
+func validCongestion(name string) bool {
+	if len(name) > 15 { // TCP_CA_NAME_MAX less its NUL
+		return false
+	}
+	for _, r := range name {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '_' {
+			return false
+		}
+	}
+	return true
 }
