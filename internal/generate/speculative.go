@@ -112,6 +112,12 @@ func RunSpeculative(ctx context.Context, b Backend, d spec.Drafter, prompt []int
 	res.Traversals++
 	if tuner != nil {
 		tuner.ObserveStep(len(ids), now().Sub(t0))
+		// The prompt's compute anchors the per-token slope at a length
+		// the first rounds' short steps do not reach: fitted on lengths
+		// 1 to 4 alone, a millisecond of noise could make trees look too
+		// dear ever to be tried. It computes the head for one row only,
+		// so it errs cheap; the first tree's own compute corrects it.
+		tuner.ObserveCompute(len(ids), out.Compute)
 	}
 	if o.OnPromptLogits != nil {
 		o.OnPromptLogits(out.Logits)
