@@ -198,13 +198,17 @@ func (m *mean) add(x float64) {
 
 // ObserveStep records that a traversal of tokens tokens took d.
 func (t *Tuner) ObserveStep(tokens int, d time.Duration) {
-	if tokens <= 0 || d < 0 {
-		return
+	if tokens > 0 && d >= 0 {
+		addByLength(t.steps, tokens, d)
 	}
-	m := t.steps[tokens]
+}
+
+// addByLength adds d to the mean of length tokens in by.
+func addByLength(by map[int]*mean, tokens int, d time.Duration) {
+	m := by[tokens]
 	if m == nil {
 		m = &mean{}
-		t.steps[tokens] = m
+		by[tokens] = m
 	}
 	m.add(d.Seconds())
 }
@@ -216,15 +220,9 @@ func (t *Tuner) ObserveStep(tokens int, d time.Duration) {
 // milliseconds of jitter on a 300 ms round trip would otherwise make a
 // slope of their own.
 func (t *Tuner) ObserveCompute(tokens int, d time.Duration) {
-	if tokens <= 0 || d <= 0 {
-		return
+	if tokens > 0 && d > 0 {
+		addByLength(t.compute, tokens, d)
 	}
-	m := t.compute[tokens]
-	if m == nil {
-		m = &mean{}
-		t.compute[tokens] = m
-	}
-	m.add(d.Seconds())
 }
 
 // ObserveDraft records that drafting tokens tokens took d.
@@ -298,7 +296,7 @@ func (t *Tuner) Costs() (Costs, bool) {
 	if t.draft.n > 0 {
 		c.Draft = dur(t.draft.v)
 	}
-	if _, b, ok := fit(t.compute); ok {
+	if _, b, ok := fit(t.compute); ok && len(t.steps) > 0 {
 		// The slope from the hops' compute; the fixed time is what the
 		// traversals took beyond it.
 		var sw, sy float64
