@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pipeshard/pipeshard/internal/spec"
+	"github.com/pipeshard/pipeshard/ovrt"
 	"github.com/pipeshard/pipeshard/ovrt/sample"
 )
 
@@ -341,7 +342,6 @@ func treeRound(ctx context.Context, b Backend, td spec.TreeDrafter, o Options, s
 	ids := make([]int32, n)
 	parents := make([]int32, n)
 	us := make([]float64, n)
-	kids := make([][]int, n)
 	for i, x := range trunk {
 		ids[i], parents[i] = int32(x), int32(i-1)
 		us[i] = uniforms(g-root+i, 1)[0] // trunk row i chooses generated token g-root+i
@@ -356,7 +356,6 @@ func treeRound(ctx context.Context, b Backend, td spec.TreeDrafter, o Options, s
 		if p >= 0 {
 			parents[at] = int32(nt + p)
 		}
-		kids[parents[at]] = append(kids[parents[at]], at)
 	}
 	depthOf := func(i int) int {
 		d := 0
@@ -391,23 +390,23 @@ func treeRound(ctx context.Context, b Backend, td spec.TreeDrafter, o Options, s
 	if !st.All {
 		out.Next = append(make([]int, n-1), out.Next...)
 	}
-	// Walk down the tree while the target's choice is a child.
+	// Walk down the tree while the target's choice is a child: the walk
+	// the backend was asked to answer (ovrt.Walk), whose rows come in
+	// order, each a child of the one before.
+	walked, err := ovrt.Walk(ids, parents, root, func(row int) (int, error) {
+		if out.Next[row] < 0 {
+			return 0, fmt.Errorf("%w: row %d", ErrNoRow, row)
+		}
+		return out.Next[row], nil
+	})
+	if err != nil {
+		return true, err
+	}
 	cur, keep := root, *cached+nt
 	var path []int
-	for {
-		next := out.Next[cur]
-		if next < 0 {
-			return true, fmt.Errorf("%w: row %d", ErrNoRow, cur)
-		}
-		child := -1
-		for _, k := range kids[cur] {
-			if int(ids[k]) == next {
-				child = k
-				break
-			}
-		}
-		if child < 0 {
-			break
+	for child := root + 1; child < n; child++ {
+		if walked[child] < 0 {
+			continue
 		}
 		if child == keep-*cached && keep-*cached == nt+len(path) {
 			keep++ // still the leading chain: its slots are the sequence's
