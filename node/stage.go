@@ -844,6 +844,14 @@ func (st *Stage) execute(ctx context.Context) {
 				}
 			}
 			st.mu.Unlock()
+			// The batch's outputs and credits are only queued: the
+			// stream multiplexer (yamux) writes them from its own
+			// goroutine. On a node with one P (GOMAXPROCS=1) a batch that
+			// starts right away would keep them off the wire until the
+			// runtime preempts it, 10 ms later, while the next stage idles
+			// waiting for them (2 streams on 2 stages lost ~10 ms a hop).
+			// Let the writers run first.
+			runtime.Gosched()
 			continue
 		}
 		var wake <-chan time.Time
