@@ -26,11 +26,15 @@
 // stream closed) without disturbing other sessions. The executor is driven
 // by internal/sched, which forms fair batches across clients, holds a short
 // gathering window, and gives each session credits of queued forwards.
-// Two details make batching happen on a node with one P (--threads 1): the
-// executor yields once after a reader wakes it, so that forwards that
-// arrived together are all read before the batch forms; and a batch takes
-// at most the open sessions over their route's hops, so that streams
-// pipeline over the stages instead of travelling as one convoy.
+// Three details make batching and pipelining work on a node with one P
+// (--threads 1): the executor yields once after a reader wakes it, so that
+// forwards that arrived together are all read before the batch forms; it
+// yields again after each batch, so that the stream multiplexer's writer
+// puts the batch's outputs on the wire before the next batch holds the P
+// (otherwise they waited for the runtime's 10 ms preemption while the next
+// stage idled); and a batch takes at most the open sessions over their
+// route's hops, so that streams pipeline over the stages instead of
+// travelling as one convoy.
 //
 // [Node.Close] closes its parts in turn, each within 15 s (CloseParts): a
 // node asked to stop stops, and names a part that hung.

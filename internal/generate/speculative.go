@@ -282,8 +282,9 @@ func nextTree(trees bool, so SpecOptions, tuner *spec.Tuner, behind bool) int {
 
 // treeBudget returns the nodes of the next round's tree: so.Tree, or with
 // auto-K what spec.TreeBudget allows for the measured costs when that is
-// more than a chain could use (DefaultMaxK: on a slow route), else 0 (a
-// chain round, whose K the tuner picks).
+// more than a chain could use (DefaultMaxK: on a slow route), twice that
+// in the rounds the tuner explores, else 0 (a chain round, whose K the
+// tuner picks).
 func treeBudget(so SpecOptions, tuner *spec.Tuner) int {
 	if so.Tree != 0 || tuner == nil {
 		return max(so.Tree, 0)
@@ -294,6 +295,9 @@ func treeBudget(so SpecOptions, tuner *spec.Tuner) int {
 		b /= max(so.Streams(), 1)
 	}
 	if measured && b > spec.DefaultMaxK {
+		if tuner.ExploreTree() {
+			b = min(2*b, spec.DefaultMaxTree)
+		}
 		return b
 	}
 	return 0

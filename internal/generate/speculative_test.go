@@ -474,3 +474,28 @@ func TestNextTree(t *testing.T) {
 		}
 	}
 }
+
+// One tree round in eight verifies twice the budget, so that the tuner's
+// compute fit sees sizes apart.
+func TestNextTreeExplores(t *testing.T) {
+	slow := spec.NewTuner(spec.Costs{}, 0, 0)
+	slow.ObserveStep(1, 300*time.Millisecond)
+	slow.ObserveStep(9, 304*time.Millisecond)
+	sizes := map[int]int{}
+	for range 16 {
+		sizes[nextTree(true, SpecOptions{}, slow, false)]++
+	}
+	if len(sizes) != 2 {
+		t.Fatalf("tree sizes %v, want two", sizes)
+	}
+	var small, big int
+	for b := range sizes {
+		if small == 0 || b < small {
+			small = b
+		}
+		big = max(big, b)
+	}
+	if sizes[small] != 14 || sizes[big] != 2 || big != min(2*small, spec.DefaultMaxTree) {
+		t.Errorf("tree sizes %v: want 14 of one size and 2 of twice it", sizes)
+	}
+}

@@ -185,6 +185,7 @@ func NewTuner(prior Costs, hopRTT time.Duration, maxK int) *Tuner {
 type mean struct {
 	v float64
 	n int
+	w float64 // the length's weight in fit: its observations, decayed
 }
 
 func (m *mean) add(x float64) {
@@ -203,15 +204,35 @@ func (t *Tuner) ObserveStep(tokens int, d time.Duration) {
 	}
 }
 
-// addByLength adds d to the mean of length tokens in by.
+// addByLength adds d to the mean of length tokens in by, and ages the
+// weight of every length by lengthDecay.
 func addByLength(by map[int]*mean, tokens int, d time.Duration) {
 	m := by[tokens]
 	if m == nil {
 		m = &mean{}
 		by[tokens] = m
 	}
+	for _, o := range by {
+		o.w *= lengthDecay
+	}
+	m.w++
 	m.add(d.Seconds())
 }
+
+// lengthDecay ages a length's weight in fit per traversal observed (of
+// any length), so that a length not seen lately stops steering the line.
+// The first traversals of a route are its slowest (buffers grow, pages
+// fault in) and an automatic tree starts at its largest, once: that one
+// point, far from the sizes that follow, would otherwise set the slope
+// for good. Measured on stories15M at 100 ms (docs/benchmarks.md, stop
+// 16): a first tree of 129 nodes computed at 0.8 ms a node, the later
+// ones of 27 to 100 nodes at 0.4, and the undecayed fit kept 0.8, which
+// halved the trees. A weight saturates at 1/(1-lengthDecay) = 10.
+const lengthDecay = 0.9
+
+// staleWeight is the weight under which a length leaves the fit (see
+// fit): about 22 traversals without it.
+const staleWeight = 0.1
 
 // ObserveCompute records that the hops of a traversal of tokens tokens
 // computed for d in all (their traces). Compute grows with the tokens
@@ -300,8 +321,12 @@ func (t *Tuner) Costs() (Costs, bool) {
 		// The slope from the hops' compute; the fixed time is what the
 		// traversals took beyond it.
 		var sw, sy float64
+		floor := weightFloor(t.steps)
 		for n, m := range t.steps {
-			w := float64(min(m.n, 8))
+			if m.w < floor {
+				continue
+			}
+			w := m.w
 			sw += w
 			sy += w * (m.v - b*float64(n))
 		}
@@ -316,21 +341,45 @@ func (t *Tuner) Costs() (Costs, bool) {
 	return c, true
 }
 
+// weightFloor returns the weight under which a length of by is left out
+// of the estimates: staleWeight while three lengths weigh more, else 0.
+// A length not seen for a while, far from the rest, would tilt the line
+// even with a small weight (leverage grows with the square of the
+// distance).
+func weightFloor(by map[int]*mean) float64 {
+	fresh := 0
+	for _, m := range by {
+		if m.w >= staleWeight {
+			fresh++
+		}
+	}
+	if fresh >= 3 {
+		return staleWeight
+	}
+	return 0
+}
+
 // fit returns the weighted least-squares line a + b·tokens through the
-// means by token count, each weighing as many observations as it had, up
-// to 8; ok is false for fewer than two lengths.
+// means by token count, each weighing its decayed observations (see
+// lengthDecay); ok is false for fewer than two lengths.
 func fit(by map[int]*mean) (a, b float64, ok bool) {
+	floor := weightFloor(by)
 	var sw, sx, sy, sxx, sxy float64
-	for n, m := range by {
-		w := float64(min(m.n, 8))
-		x := float64(n)
+	n := 0
+	for x, m := range by {
+		if m.w < floor {
+			continue
+		}
+		n++
+		w := m.w
+		x := float64(x)
 		sw += w
 		sx += w * x
 		sy += w * m.v
 		sxx += w * x * x
 		sxy += w * x * m.v
 	}
-	if len(by) < 2 {
+	if n < 2 {
 		return 0, 0, false
 	}
 	den := sw*sxx - sx*sx
@@ -343,6 +392,16 @@ func fit(by map[int]*mean) (a, b float64, ok bool) {
 }
 
 func dur(s float64) time.Duration { return time.Duration(s * 1e9) }
+
+// ExploreTree reports whether the next tree round should explore: one
+// in exploreEvery verifies a tree of twice the budget, so that the
+// compute fit always has sizes apart to measure the cost of a node by.
+// Trees sized by the budget alone keep within a few nodes of each other,
+// where a few milliseconds of noise make any slope.
+func (t *Tuner) ExploreTree() bool {
+	t.rounds++
+	return t.rounds%exploreEvery == 0
+}
 
 // K returns the number of drafts for the next traversal.
 func (t *Tuner) K() int {

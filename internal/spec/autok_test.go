@@ -296,3 +296,43 @@ func TestTunerCostsFromCompute(t *testing.T) {
 		}
 	}
 }
+
+// A route's first traversal is its slowest, and an automatic tree starts
+// at its largest: that one point must not set the slope for the rest of
+// the generation (it halved the trees at 100 ms; docs/benchmarks.md,
+// stop 16).
+func TestTunerForgetsColdStart(t *testing.T) {
+	const per = 400 * time.Microsecond
+	fixed := 300 * ms
+	tests := []struct {
+		name  string
+		after int // traversals after the cold one
+		tol   time.Duration
+	}{
+		{"soon", 10, 2 * per}, // still pulled, but bounded
+		{"later", 30, per / 10},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tu := NewTuner(Costs{}, 100*ms, 0)
+			// The prompt (40 tokens) and a cold first tree of 129 nodes
+			// at twice the per-token cost.
+			tu.ObserveStep(40, fixed+40*per)
+			tu.ObserveCompute(40, 40*per)
+			tu.ObserveStep(129, fixed+129*2*per)
+			tu.ObserveCompute(129, 129*2*per)
+			for i := range tc.after {
+				n := 26 + i%8
+				tu.ObserveStep(n, fixed+time.Duration(n)*per)
+				tu.ObserveCompute(n, time.Duration(n)*per)
+			}
+			c, ok := tu.Costs()
+			if !ok {
+				t.Fatal("no measured costs")
+			}
+			if off := absDur(c.PerToken - per); off > tc.tol {
+				t.Errorf("per token %v after %d warm traversals, want %v ± %v", c.PerToken, tc.after, per, tc.tol)
+			}
+		})
+	}
+}
