@@ -1057,44 +1057,26 @@ func (st *Stage) emit(j *job, r ovrt.Result, t wire.Timing) error {
 	}
 	res := &wire.Result{Session: f.Session, Seq: f.Seq, Pos: f.Pos, Rows: uint32(rows), Trace: trace}
 	width := st.hi - st.lo
-	c := st.model.Config()
 	if j.walked != nil {
 		res.Kind, res.IDs = wire.ResultIDs, j.walked
 		return j.s.down.send(res)
 	}
 	switch o.Output {
-	case wire.OutArgmax, wire.OutTopK:
-		k := 1
-		res.Kind = wire.ResultIDs
-		if o.Output == wire.OutTopK {
-			k = int(o.TopK)
-			res.Kind, res.K = wire.ResultTopK, o.TopK
-		}
+	case wire.OutTopK:
+		k := int(o.TopK)
+		res.Kind, res.K = wire.ResultTopK, o.TopK
 		for row := range rows {
 			cands := topCands(r.Logits[row*width:(row+1)*width], st.lo, k)
 			if f.PartialK > 0 {
 				cands = mergeCands(cands, f.Partial[row*int(f.PartialK):(row+1)*int(f.PartialK)], k)
 			}
-			if o.Output == wire.OutArgmax {
-				res.IDs = append(res.IDs, cands[0].ID)
-			} else {
-				res.Cands = append(res.Cands, cands...)
-			}
+			res.Cands = append(res.Cands, cands...)
 		}
-	case wire.OutSample:
+	case wire.OutArgmax, wire.OutSample:
 		res.Kind = wire.ResultIDs
-		full := make([]float32, c.Vocab)
+		var full []float32
 		for row := range rows {
-			logits := r.Logits[row*width : (row+1)*width]
-			if st.lo != 0 {
-				// Head split: earlier parts sent all their logits.
-				copy(full[st.lo:], logits)
-				for _, cd := range f.Partial[row*int(f.PartialK) : (row+1)*int(f.PartialK)] {
-					full[cd.ID] = cd.Logit
-				}
-				logits = full
-			}
-			res.IDs = append(res.IDs, uint32(sample.DrawWith(j.s.smp.Dist(logits), f.Uniform[row])))
+			res.IDs = append(res.IDs, st.choose(j, row, r.Logits[row*width:(row+1)*width], &full))
 		}
 	case wire.OutLogits:
 		res.Kind = wire.ResultLogits
@@ -1104,12 +1086,24 @@ func (st *Stage) emit(j *job, r ovrt.Result, t wire.Timing) error {
 }
 
 // walks reports whether the job's output rows are computed along its
-// walk only (wire.Walk): on the last hop, holding the whole head, when
-// the client wants ids (argmax or sampled), not logits or top-k.
+// walk only (wire.Walk): on the last hop, when the client wants ids
+// (argmax or sampled), not logits or top-k. A last hop holding only the
+// end of a split head walks too: the earlier parts computed their rows
+// for every node and sent each row's candidates (Partial), which the walk
+// merges with this part's rows as emit would; only this part's rows are
+// spared off the walk.
 func (st *Stage) walks(j *job) bool {
 	o := j.s.open.Output
-	return j.f.Walk != nil && st.last && st.lo == 0 && st.hi == st.model.Config().Vocab && j.f.PartialK == 0 &&
-		(o == wire.OutArgmax || o == wire.OutSample) && st.opts.Tamper == nil
+	if j.f.Walk == nil || !st.last || st.hi != st.model.Config().Vocab || st.opts.Tamper != nil {
+		return false
+	}
+	switch o {
+	case wire.OutArgmax:
+		return (st.lo == 0) == (j.f.PartialK == 0)
+	case wire.OutSample:
+		return int(j.f.PartialK) == st.lo // every earlier logit came
+	}
+	return false
 }
 
 // walk computes the head's rows along the job's walk, after its deferred
@@ -1121,11 +1115,9 @@ func (st *Stage) walk(j *job) ([]uint32, error) {
 	for i, id := range f.Walk.IDs {
 		ids[i] = int32(min(id, math.MaxInt32))
 	}
+	var full []float32
 	next, err := j.s.req.WalkHead(ids, f.Tree, int(f.Walk.From), func(row int, logits []float32) (int, error) {
-		if j.s.open.Output == wire.OutSample {
-			return sample.DrawWith(j.s.smp.Dist(logits), f.Uniform[row]), nil
-		}
-		return int(topCands(logits, 0, 1)[0].ID), nil
+		return int(st.choose(j, row, logits, &full)), nil
 	})
 	if err != nil {
 		return nil, err
@@ -1138,6 +1130,37 @@ func (st *Stage) walk(j *job) ([]uint32, error) {
 		}
 	}
 	return out, nil
+}
+
+// choose returns the id a last hop answers for output row row of job j,
+// given the row's logits over this part's head rows: the argmax, or a
+// draw with the row's uniform, over the whole vocabulary: with a split
+// head, merged with the candidates the earlier parts sent (for a draw,
+// all their logits, assembled in *full, which choose allocates once).
+func (st *Stage) choose(j *job, row int, logits []float32, full *[]float32) uint32 {
+	f := j.f
+	var in []wire.Cand
+	if f.PartialK > 0 {
+		in = f.Partial[row*int(f.PartialK) : (row+1)*int(f.PartialK)]
+	}
+	if j.s.open.Output != wire.OutSample {
+		cands := topCands(logits, st.lo, 1)
+		if in != nil {
+			cands = mergeCands(cands, in, 1)
+		}
+		return cands[0].ID
+	}
+	if st.lo != 0 {
+		if *full == nil {
+			*full = make([]float32, st.model.Config().Vocab)
+		}
+		copy((*full)[st.lo:], logits)
+		for _, cd := range in {
+			(*full)[cd.ID] = cd.Logit
+		}
+		logits = *full
+	}
+	return uint32(sample.DrawWith(j.s.smp.Dist(logits), f.Uniform[row]))
 }
 
 // tamper applies StageOptions.Tamper to every output row of r (tests).
