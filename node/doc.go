@@ -12,8 +12,9 @@
 // measures one decode step so its first status is honest.
 //
 // [Node.Run] announces the shard, the model's descriptor, manifests and
-// tokenizer (provide, reprovided every 12 h, retried soon while the node
-// is alone), publishes a signed status every 2 s on the model's GossipSub
+// tokenizer (provide: retried soon while the node is alone, announced
+// again each time its routing table doubles and at doubling intervals
+// from 30 s, then every 12 h), publishes a signed status every 2 s on the model's GossipSub
 // topic (internal/status), and serves the stage protocol
 // (internal/wire) until its context ends.
 //

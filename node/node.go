@@ -265,8 +265,16 @@ func (n *Node) Run(ctx context.Context) error {
 func (n *Node) provideLoop(ctx context.Context) {
 	pending := slices.Clone(n.announced)
 	retry := time.Second
+	// every is the wait before the next announce: it starts short and
+	// doubles up to Reprovide (see settle).
+	every := min(settle, n.cfg.Reprovide)
+	// told is the routing table's size at the last announce.
+	told := -1
+	grow := time.NewTicker(growthCheck)
+	defer grow.Stop()
 	for {
 		var failed []cid.Cid
+		size := n.DHT.RoutingTable().Size()
 		for _, c := range pending {
 			pctx, cancel := context.WithTimeout(ctx, time.Minute)
 			err := n.DHT.Provide(pctx, c, true)
@@ -278,22 +286,59 @@ func (n *Node) provideLoop(ctx context.Context) {
 				failed = append(failed, c)
 			}
 		}
-		wait := n.cfg.Reprovide
+		var wait time.Duration
 		pending = slices.Clone(n.announced)
 		if len(failed) > 0 {
 			wait, pending = retry, failed
 			retry = min(2*retry, time.Minute)
 		} else {
-			retry = time.Second
-			n.log.Info("announced", "cids", len(n.announced))
+			if told < 0 {
+				n.log.Info("announced", "cids", len(n.announced), "peers", size)
+			} else {
+				n.log.Debug("announced again", "cids", len(n.announced), "peers", size)
+			}
+			retry, told = time.Second, size
+			wait, every = every, min(2*every, n.cfg.Reprovide)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
+		deadline := time.After(wait)
+	waiting:
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-deadline:
+				break waiting
+			case <-grow.C:
+				if len(failed) == 0 && tableGrew(told, n.DHT.RoutingTable().Size()) {
+					break waiting
+				}
+			}
 		}
 	}
 }
+
+// A node announces its CIDs again, sooner than Reprovide, while it is
+// young, because an announce can land in the wrong place and say nothing:
+//
+//   - A node that joins a young swarm stores its provider records on the
+//     few peers it knows, which are the closest to its CIDs only until
+//     more peers join, and a client's lookup walks to the peers closest
+//     to a CID, so it may never ask the early ones. The node announces
+//     again each time its routing table has doubled (tableGrew), checked
+//     every growthCheck: at most log2(swarm size) extra announces.
+//   - The DHT's Provide reports success once it has looked the closest
+//     peers up, even when every store to them failed (a loaded peer, a
+//     dropped connection). The node announces again settle after its
+//     first announce, then at doubling intervals up to Reprovide: about
+//     eleven extra announces in the first 12 hours.
+const (
+	settle      = 30 * time.Second
+	growthCheck = 10 * time.Second
+)
+
+// tableGrew reports whether a routing table that held then peers at the
+// last announce and holds now peers has grown enough to announce again.
+func tableGrew(then, now int) bool { return now >= 2*max(then, 1) }
 
 // Close stops the node's host and closes its store.
 func (n *Node) Close() error {

@@ -150,13 +150,42 @@ func (c *Client) Status(modelID string) (*status.Tracker, error) {
 }
 
 // Providers finds peers announcing c in the DHT.
+//
+// A provider record can come without addresses: the peer that stored it
+// keeps them only as long as its peerstore does. Such a provider is
+// looked up by its peer ID (the DHT's peer routing) before it is given
+// up; those lookups run concurrently once the provider lookup is over.
 func (c *Client) Providers(ctx context.Context, k cid.Cid, max int) ([]peer.AddrInfo, error) {
 	var out []peer.AddrInfo
+	var bare []peer.ID
 	for p := range c.DHT.FindProvidersAsync(ctx, k, max) {
-		if p.ID == c.Host.ID() || len(p.Addrs) == 0 && len(c.Host.Peerstore().Addrs(p.ID)) == 0 {
-			continue
+		switch {
+		case p.ID == c.Host.ID():
+		case len(p.Addrs) > 0 || len(c.Host.Peerstore().Addrs(p.ID)) > 0:
+			out = append(out, p)
+		default:
+			bare = append(bare, p.ID)
 		}
-		out = append(out, p)
+	}
+	found := make([]peer.AddrInfo, len(bare))
+	var wg sync.WaitGroup
+	for i, id := range bare {
+		wg.Go(func() {
+			fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			ai, err := c.DHT.FindPeer(fctx, id)
+			if err != nil {
+				c.log.Debug("provider without addresses", "peer", id.ShortString(), "err", err)
+				return
+			}
+			found[i] = ai
+		})
+	}
+	wg.Wait()
+	for _, ai := range found {
+		if len(ai.Addrs) > 0 {
+			out = append(out, ai)
+		}
 	}
 	return out, nil
 }

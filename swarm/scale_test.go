@@ -121,7 +121,17 @@ func TestThirtyNodeSwarm(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 	if len(provs) != n {
-		t.Fatalf("discovered %d of %d providers", len(provs), n)
+		found := map[string]bool{}
+		for _, p := range provs {
+			found[p.Peer.ID.String()+" "+p.Shard.CID] = true
+		}
+		var missing []string
+		for i, nd := range nodes {
+			if !found[nd.ID().String()+" "+all[i%len(all)]] {
+				missing = append(missing, fmt.Sprintf("node %d (%s, shard %d)", i, nd.ID().ShortString(), i%len(all)))
+			}
+		}
+		t.Fatalf("discovered %d of %d providers; missing %v", len(provs), n, missing)
 	}
 	hops, plan, err := c.Plan(got, provs, nil)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ipfs/go-cid"
+	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/pipeshard/pipeshard/internal/generate"
 	"github.com/pipeshard/pipeshard/internal/status"
@@ -204,6 +205,20 @@ func TestDiscoverFromBootstrapAndModelCID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Every node also holds a record naming a peer nobody can reach and
+	// whose addresses nobody knows, as after a provider left long ago:
+	// the client looks it up by ID, gives it up, and finds the rest.
+	ghost, err := peer.Decode("12D3KooWQtdKRqhgcdhAvTCGPZ8RCjodQPv8KCa9fjASirc3jmuH")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, nd := range nodes {
+		for _, sh := range f.layouts[3].Shards {
+			if err := nd.DHT.ProviderStore().AddProvider(ctx, cid.MustParse(sh.CID).Hash(), peer.AddrInfo{ID: ghost}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	hops, r, provs, err := c.FindRoute(ctx, m, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -211,6 +226,9 @@ func TestDiscoverFromBootstrapAndModelCID(t *testing.T) {
 	t.Logf("%d providers; route %v, expected %.0f µs per token", len(provs), r.IDs(), r.ExpectedMicros)
 	if len(hops) != 3 {
 		t.Fatalf("route of %d hops, the swarm serves one 3-stage layout", len(hops))
+	}
+	if len(provs) != len(nodes) {
+		t.Fatalf("%d providers, want the %d nodes: %v", len(provs), len(nodes), provs)
 	}
 	s, err := c.Open(ctx, hops, swarm.SessionOptions{ModelID: m.ModelID, Vocab: m.Config.Vocab})
 	if err != nil {
