@@ -48,6 +48,7 @@ func TestScripts(t *testing.T) {
 			"eq":            eq,
 			"lt":            lt,
 			"waitfile":      waitFile,
+			"tracecheck":    traceCheck,
 		},
 	})
 }
@@ -145,4 +146,50 @@ func waitFile(ts *testscript.TestScript, neg bool, args []string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	ts.Fatalf("%s did not appear within a minute", args[0])
+}
+
+// tracecheck FILE STEPS HOPS checks a --trace file: STEPS lines, one per
+// traversal in order, each with HOPS hops that computed, within the
+// step's round trip.
+func traceCheck(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 3 || neg {
+		ts.Fatalf("usage: tracecheck file steps hops")
+	}
+	steps, err := strconv.Atoi(args[1])
+	ts.Check(err)
+	hops, err := strconv.Atoi(args[2])
+	ts.Check(err)
+	lines := strings.Split(strings.TrimSpace(ts.ReadFile(args[0])), "\n")
+	if len(lines) != steps {
+		ts.Fatalf("%s: %d lines, want %d", args[0], len(lines), steps)
+	}
+	pos := 0
+	for i, l := range lines {
+		var st struct {
+			Step, Pos, Rows int
+			WallMs          float64 `json:"wall_ms"`
+			OtherMs         float64 `json:"other_ms"`
+			Hops            []struct {
+				Hop       int
+				Peer      string
+				QueueMs   float64 `json:"queue_ms"`
+				ComputeMs float64 `json:"compute_ms"`
+			}
+		}
+		ts.Check(json.Unmarshal([]byte(l), &st))
+		switch {
+		case st.Step != i || st.Pos != pos || st.Rows < 1:
+			ts.Fatalf("line %d: step %d at %d of %d rows, want step %d at %d", i, st.Step, st.Pos, st.Rows, i, pos)
+		case len(st.Hops) != hops:
+			ts.Fatalf("line %d: %d hops, want %d", i, len(st.Hops), hops)
+		case st.OtherMs < 0 || st.WallMs < st.OtherMs:
+			ts.Fatalf("line %d: wall %v ms, other %v ms", i, st.WallMs, st.OtherMs)
+		}
+		for j, h := range st.Hops {
+			if h.Hop != j || h.Peer == "" || h.ComputeMs <= 0 || h.QueueMs < 0 {
+				ts.Fatalf("line %d: hop %d: %+v", i, j, h)
+			}
+		}
+		pos += st.Rows
+	}
 }

@@ -117,6 +117,7 @@ per-hop compute and queue times, or its error (scenario.ClientRecord).`,
 					fs.Int("in-flight", 1, "concurrent requests")
 					fs.Int("requests", 0, "requests to make (0: until --duration)")
 					fs.Duration("duration", 0, "stop starting requests after this long (0: until --requests)")
+					fs.String("trace", "", "append one JSON line per traversal of every request to `FILE` (as swarm generate --trace, with the request's index)")
 				},
 				Run: simClient,
 			},
@@ -402,7 +403,7 @@ func printScenario(w io.Writer, sc *scenario.Scenario) {
 
 // --- sim client -----------------------------------------------------
 
-func simClient(ctx context.Context, env *Env, fs *flag.FlagSet) error {
+func simClient(ctx context.Context, env *Env, fs *flag.FlagSet) (err error) {
 	inflight, requests := flagInt(fs, "in-flight"), flagInt(fs, "requests")
 	duration := fs.Lookup("duration").Value.(flag.Getter).Get().(time.Duration)
 	timeout := fs.Lookup("timeout").Value.(flag.Getter).Get().(time.Duration)
@@ -437,6 +438,11 @@ func simClient(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 	if g.historyFlag != "" {
 		g.openHistory(env, "", m.ModelID)
 	}
+	trace, err := openTrace(flagString(fs, "trace"))
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, trace.Close()) }()
 	var mu sync.Mutex
 	enc := json.NewEncoder(env.Stdout)
 	emit := func(rec *scenario.ClientRecord) {
@@ -458,7 +464,7 @@ func simClient(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 					return
 				}
 				active.Add(1)
-				rec := oneRequest(ctx, env, c, m, g, i, slot, timeout, flagBool(fs, "f16"))
+				rec := oneRequest(ctx, env, c, m, g, i, slot, timeout, flagBool(fs, "f16"), trace)
 				active.Add(-1)
 				emit(rec)
 				if rec.Error != "" {
@@ -478,7 +484,7 @@ func simClient(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 
 // oneRequest finds a route, opens a session and generates, timing every
 // token.
-func oneRequest(ctx context.Context, env *Env, c *swarm.Client, m *shards.Manifest, g *genRequest, i, slot int, timeout time.Duration, f16 bool) *scenario.ClientRecord {
+func oneRequest(ctx context.Context, env *Env, c *swarm.Client, m *shards.Manifest, g *genRequest, i, slot int, timeout time.Duration, f16 bool, trace *traceFile) *scenario.ClientRecord {
 	start := time.Now()
 	us := func() int64 { return time.Since(start).Microseconds() }
 	rec := &scenario.ClientRecord{Event: "request", UnixNano: start.UnixNano(), Index: i, Slot: slot, PromptTokens: len(g.promptIDs), TokenMicros: []int64{}, IDs: []int{}}
@@ -501,6 +507,7 @@ func oneRequest(ctx context.Context, env *Env, c *swarm.Client, m *shards.Manife
 	defer s.Close()
 	rec.ExpectedMs = plan.ExpectedMicros / 1e3
 	tb := newTimed(s, s.Session, len(hops))
+	tb.trace, tb.request = trace, i
 	opts := g.opts
 	opts.Seed = sp.Seed
 	opts.OnPromptLogits = nil

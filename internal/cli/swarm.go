@@ -59,6 +59,7 @@ as run; --json adds the route and per-hop timings.`,
 					fs.Bool("f16", false, "send hidden states as fp16 (half the bytes; may change rare tokens)")
 					fs.Int("batch", 1, "run N sequences of the prompt at once on the route, one session each (the stages batch them); sequence i samples with --seed + i")
 					fs.String("verify", fmt.Sprint(swarm.DefaultVerifyRate), "check this fraction of steps against other providers of the same shards (all: every step, 0: off; not with --batch); nodes that lie are banned")
+					fs.String("trace", "", "append one JSON line per traversal to `FILE`: rows sent, the round trip, and each hop's queue and compute time (not with --batch)")
 				},
 				Run: swarmGenerate,
 			},
@@ -148,7 +149,7 @@ func connect(ctx context.Context, env *Env, fs *flag.FlagSet) (*swarm.Client, ci
 	return c, mc, err
 }
 
-func swarmGenerate(ctx context.Context, env *Env, fs *flag.FlagSet) error {
+func swarmGenerate(ctx context.Context, env *Env, fs *flag.FlagSet) (err error) {
 	c, mc, err := connect(ctx, env, fs)
 	if err != nil {
 		return err
@@ -178,6 +179,8 @@ func swarmGenerate(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 		return usagef("--batch %d: want at least 1", batch)
 	case batch > 1 && g.logitsOut != "":
 		return usagef("--logits-out takes one sequence, not --batch %d", batch)
+	case batch > 1 && flagString(fs, "trace") != "":
+		return usagef("--trace takes one sequence, not --batch %d", batch)
 	}
 	hops, plan, provs, err := c.FindRoute(fctx, m, nil)
 	if err != nil {
@@ -200,6 +203,12 @@ func swarmGenerate(ctx context.Context, env *Env, fs *flag.FlagSet) error {
 	}
 	defer r.Close()
 	tb := newTimed(r, r.Session, len(hops))
+	if fs.Lookup("trace") != nil { // demo calls this without --trace
+		if tb.trace, err = openTrace(flagString(fs, "trace")); err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, tb.trace.Close()) }()
+	}
 	if vo != nil {
 		// Sampled checks may take back tokens already returned: run
 		// again from the last honest one, and hold back output that
@@ -442,6 +451,10 @@ type timedBackend struct {
 	queue   []float64
 	compute []float64
 	wall    time.Duration
+	// trace, if set, gets every step, as the request-th request's.
+	trace   *traceFile
+	request int
+	traced  int // steps traced
 }
 
 func newTimed(b generate.Backend, cur func() *swarm.Session, hops int) *timedBackend {
@@ -461,6 +474,10 @@ func (t *timedBackend) Step(ctx context.Context, st generate.Step) (generate.Ste
 	}
 	if t.queue == nil {
 		t.queue, t.compute = make([]float64, t.hops), make([]float64, t.hops)
+	}
+	if t.trace != nil {
+		t.trace.write(newStepTrace(t.request, t.traced, st, t.cur()))
+		t.traced++
 	}
 	if len(st.IDs) == 1 { // decode steps only
 		t.steps++

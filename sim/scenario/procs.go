@@ -384,7 +384,8 @@ func (r *runner) phases(ctx context.Context) error {
 		pr.Label = strings.Join(labels, " ") + " in flight"
 		if len(r.sc.Clients) == 1 {
 			pr.Label = fmt.Sprintf("%d in flight", pr.InFlight[r.sc.Clients[0].Name])
-			if a := r.sc.Clients[0].Args; len(a) > 0 {
+			// Args that sweep name the phase; the same for all do not.
+			if a := r.sc.Clients[0].Args; len(a) > 1 {
 				pr.Label += " " + strings.Join(a[min(p, len(a)-1)], " ")
 			}
 		}

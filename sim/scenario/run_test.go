@@ -94,6 +94,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 // request gets the same greedy tokens through a route over all three
 // nodes, and the results add up.
 func TestRun(t *testing.T) {
+	trace := filepath.Join(t.TempDir(), "trace.jsonl")
 	s, err := Parse([]byte(`
 name: three
 nodes:
@@ -101,7 +102,7 @@ nodes:
   - {name: f, layers: "4:6", fetch: true}
 network: {delay: 0s}
 clients:
-  - {name: c, in_flight: [1, 2], requests: 2, prompt_ids: [1, 450, 8338, 265], tokens: 12, ignore_eos: true}
+  - {name: c, in_flight: [1, 2], requests: 2, prompt_ids: [1, 450, 8338, 265], tokens: 12, ignore_eos: true, args: [["--trace", "` + trace + `"]]}
 bounds: {max_duration: 4m}
 `))
 	if err != nil {
@@ -196,6 +197,29 @@ bounds: {max_duration: 4m}
 		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}
+	}
+	// --trace: a line per traversal of each request, both phases
+	// appending; 12 tokens take 12 traversals.
+	b, err := os.ReadFile(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	perRequest := map[int]int{}
+	for l := range strings.Lines(string(b)) {
+		var st struct {
+			Request int
+			Hops    []struct{ Peer string }
+		}
+		if err := json.Unmarshal([]byte(l), &st); err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Hops) != 3 || st.Hops[2].Peer == "" {
+			t.Errorf("trace line %s", l)
+		}
+		perRequest[st.Request]++
+	}
+	if !reflect.DeepEqual(perRequest, map[int]int{0: 24, 1: 24}) {
+		t.Errorf("trace lines per request index %v, want 24 of each of 0 and 1 (two phases of two requests, 12 traversals each)", perRequest)
 	}
 	var sum strings.Builder
 	res.Summary(&sum)
