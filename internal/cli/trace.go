@@ -95,7 +95,7 @@ func newStepTrace(request, step int, st generate.Step, s *swarm.Session) *stepTr
 			ht.Peer = s.Route[h.Hop].Peer.ID.String()
 		}
 		tr.Hops = append(tr.Hops, ht)
-		other -= time.Duration(h.Queue+h.Compute) * time.Microsecond
+		other -= time.Duration(h.Queue)*time.Microsecond + time.Duration(h.Compute)*time.Microsecond
 	}
 	tr.OtherMs = ms(other)
 	return tr
