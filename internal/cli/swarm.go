@@ -475,13 +475,13 @@ func (t *timedBackend) Step(ctx context.Context, st generate.Step) (generate.Ste
 	if t.queue == nil {
 		t.queue, t.compute = make([]float64, t.hops), make([]float64, t.hops)
 	}
+	s := t.cur()
 	if t.trace != nil {
-		t.trace.write(newStepTrace(t.request, t.traced, st, t.cur()))
+		t.trace.write(newStepTrace(t.request, t.traced, st, s))
 		t.traced++
 	}
 	if len(st.IDs) == 1 { // decode steps only
 		t.steps++
-		s := t.cur()
 		t.wall += s.StepRTT
 		for _, tr := range s.Trace {
 			if int(tr.Hop) < t.hops {
